@@ -1,0 +1,37 @@
+# Every target is a script in the repo: a fresh machine needs only `make demo` and `make test`.
+SHELL := /bin/bash
+PY ?= .venv/bin/python
+export GOTOOLCHAIN := local
+
+.PHONY: venv test unit lint sandbox-build sandbox-up sandbox-down crd demo bench
+
+venv: .venv/.installed
+.venv/.installed: pyproject.toml
+	python3 -m venv .venv
+	.venv/bin/pip install -q --upgrade pip
+	.venv/bin/pip install -q -e '.[dev]'
+	touch $@
+
+lint: venv
+	.venv/bin/ruff check operator tests sandbox
+	.venv/bin/mypy
+	.venv/bin/lint-imports
+
+unit: venv
+	$(PY) -m pytest tests/unit -q
+
+crd: venv
+	$(PY) -m inference_rollout.api.crd > crds/rollouts.inference.dev_inferencerollouts.yaml
+
+sandbox-build:
+	bash sandbox/build.sh
+
+sandbox-up: venv sandbox-build
+	bash sandbox/up.sh
+
+sandbox-down:
+	bash sandbox/down.sh
+
+# The README's test command: lint, layering, unit tests, then the sandbox tiers.
+test: venv lint sandbox-up
+	$(PY) -m pytest tests -q
