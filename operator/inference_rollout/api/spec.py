@@ -1,0 +1,349 @@
+"""The InferenceRollout spec (``rollouts.inference.dev/v1alpha1``) as pydantic models.
+
+These models are the single source of truth: the CRD's OpenAPI schema is generated from them
+(:mod:`inference_rollout.api.crd`), the operator parses every object through them, and the CLI's
+offline lint reads manifests with them.  Rules the API server can check (ranges, patterns, CEL)
+live in the CRD too, so ``kubectl apply`` rejects a bad manifest before it is stored; the rules
+it cannot express (the pod template's shape) are checked here and reported as ``Valid=False``.
+
+Field names are camelCase on the wire (Kubernetes convention) and snake_case in Python.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic.alias_generators import to_camel
+
+from .duration import DURATION_PATTERN, parse_duration
+
+
+def _valid_duration(text: str) -> str:
+    parse_duration(text)
+    return text
+
+
+Duration = Annotated[str, AfterValidator(_valid_duration), Field(pattern=DURATION_PATTERN)]
+
+
+class Model(BaseModel):
+    """Base: camelCase aliases, unknown fields rejected (a typo must not be silently ignored)."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True
+    )
+
+
+# --- the serving pods -------------------------------------------------------------------------
+
+SERVING_CONTAINER = "vllm"
+SERVING_PORT_NAME = "http"
+
+
+class PodTemplate(Model):
+    """A PodTemplateSpec of the vLLM server.  Any change to it is a new release (revision).
+
+    Kept as free-form ``metadata``/``spec`` objects (the API server validates pod specs when the
+    operator creates the Deployment); this model checks only what the operator relies on.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    spec: dict[str, Any]
+
+    @model_validator(mode="after")
+    def _has_serving_container(self) -> PodTemplate:
+        containers = self.spec.get("containers")
+        if not isinstance(containers, list) or not containers:
+            raise ValueError(
+                "spec.template.spec.containers: at least one container is required "
+                f"(name the vLLM server container {SERVING_CONTAINER!r})"
+            )
+        for i, c in enumerate(containers):
+            if not isinstance(c, dict) or not c.get("name") or not c.get("image"):
+                raise ValueError(
+                    f"spec.template.spec.containers[{i}]: every container needs a name and an image"
+                )
+        self.serving_port()  # raises with a clear message when there is none
+        return self
+
+    def serving_container(self) -> dict[str, Any]:
+        """The container named ``vllm``, else the first one."""
+        containers: list[dict[str, Any]] = self.spec["containers"]
+        for c in containers:
+            if c.get("name") == SERVING_CONTAINER:
+                return c
+        return containers[0]
+
+    def serving_port(self) -> int:
+        """The port named ``http`` on the serving container, else its only port."""
+        c = self.serving_container()
+        ports = [p for p in c.get("ports") or [] if isinstance(p, dict) and "containerPort" in p]
+        named = [p for p in ports if p.get("name") == SERVING_PORT_NAME]
+        if named:
+            return int(named[0]["containerPort"])
+        if len(ports) == 1:
+            return int(ports[0]["containerPort"])
+        raise ValueError(
+            f"spec.template.spec.containers[name={c.get('name')}].ports: declare the serving port, "
+            f"e.g. ports: [{{name: {SERVING_PORT_NAME}, containerPort: 8000}}]"
+        )
+
+    def serving_args(self) -> list[str]:
+        c = self.serving_container()
+        return [str(a) for a in (c.get("command") or [])[1:] + (c.get("args") or [])]
+
+
+# --- model architecture, for the memory budget (Principle 2) -----------------------------------
+
+DType = Literal["float32", "float16", "bfloat16", "fp8", "int8", "int4"]
+
+
+class ModelSpec(Model):
+    """Architecture of the served model: a known preset or explicit numbers."""
+
+    preset: str | None = Field(None, description="A preset name, e.g. llama-3.1-8b.")
+    parameters_billions: float | None = Field(None, gt=0, description="Parameter count, billions.")
+    layers: int | None = Field(None, ge=1)
+    kv_heads: int | None = Field(None, ge=1, description="Key/value heads (GQA-aware).")
+    head_dim: int | None = Field(None, ge=1)
+    dtype: DType | None = Field(None, description="Weight dtype before quantization.")
+    gpu_memory_gi_b: float | None = Field(
+        None, alias="gpuMemoryGiB", gt=0, description="Memory of one GPU, GiB (else node label)."
+    )
+
+
+# --- traffic ------------------------------------------------------------------------------------
+
+
+class RouteRef(Model):
+    name: str = Field(min_length=1)
+
+
+class ParentRef(Model):
+    name: str = Field(min_length=1)
+    namespace: str | None = None
+    section_name: str | None = None
+    group: str | None = None
+    kind: str | None = None
+
+
+class GatewayAPITraffic(Model):
+    """Weighted traffic through a Gateway API HTTPRoute.
+
+    Either ``httpRouteRef`` (an existing route: the operator writes only its backend weights) or
+    ``parentRefs`` (the operator creates and owns the route, so nothing in git drifts).
+    """
+
+    http_route_ref: RouteRef | None = Field(None, alias="httpRouteRef")
+    parent_refs: list[ParentRef] | None = None
+    hostnames: list[str] = Field(default_factory=list)
+    backend_kind: Literal["Service", "InferencePool"] = "Service"
+
+    @model_validator(mode="after")
+    def _one_mode(self) -> GatewayAPITraffic:
+        if (self.http_route_ref is None) == (not self.parent_refs):
+            raise ValueError(
+                "spec.traffic.gatewayAPI: set exactly one of httpRouteRef (existing route) "
+                "or parentRefs (operator-owned route)"
+            )
+        return self
+
+
+class TrafficSpec(Model):
+    gateway_api: GatewayAPITraffic = Field(alias="gatewayAPI")
+
+
+# --- capacity and strategy -----------------------------------------------------------------------
+
+
+class CapacitySpec(Model):
+    """``surge`` adds canary pods on top of stable (needs spare GPUs); ``swap`` keeps the GPU
+    count at ``replicas + maxSurge`` and shrinks stable only once canary pods are Ready."""
+
+    mode: Literal["surge", "swap"] = "surge"
+    max_surge: int = Field(1, ge=0)
+
+
+class Step(Model):
+    """One stage: route ``weight`` percent to the canary, then hold it for ``pause`` while the
+    analysis watches.  ``manual: true`` waits for ``promote`` after the hold.  ``replicas`` sets
+    the canary's pod count apart from its weight (overdrive: few pods carrying a larger share)."""
+
+    weight: int = Field(ge=1, le=100)
+    pause: Duration | None = None
+    manual: bool = False
+    replicas: int | None = Field(None, ge=1)
+
+
+def _default_steps() -> list[Step]:
+    return [Step(weight=5, pause="24h"), Step(weight=20, pause="24h"),
+            Step(weight=50, pause="24h"), Step(weight=100)]
+
+
+class StrategySpec(Model):
+    steps: list[Step] = Field(default_factory=_default_steps, min_length=1)
+    progress_deadline: Duration = "30m"
+    abort_scale_down_delay: Duration = "30s"
+    scale_down_delay: Duration = Field(
+        "30s", description="After promotion, how long the old stable keeps its pods."
+    )
+
+    @model_validator(mode="after")
+    def _steps_rise_to_100(self) -> StrategySpec:
+        weights = [s.weight for s in self.steps]
+        for i in range(1, len(weights)):
+            if weights[i] <= weights[i - 1]:
+                raise ValueError(
+                    f"spec.strategy.steps[{i}].weight: {weights[i]} must be greater than the "
+                    f"previous step's {weights[i - 1]} (weights rise strictly)"
+                )
+        if weights[-1] != 100:
+            raise ValueError(
+                f"spec.strategy.steps[{len(weights) - 1}].weight: the last step must be 100 "
+                f"(it is {weights[-1]}); add a final step {{weight: 100}}"
+            )
+        return self
+
+
+# --- analysis ---------------------------------------------------------------------------------
+
+BUILTIN_TEMPLATES = (
+    "ttft-p99", "itl-p99", "e2e-p99", "error-rate",
+    "kv-cache-hit-rate", "preemptions", "kv-cache-usage", "gpu-temperature",
+)
+TemplateName = Literal[
+    "ttft-p99", "itl-p99", "e2e-p99", "error-rate",
+    "kv-cache-hit-rate", "preemptions", "kv-cache-usage", "gpu-temperature",
+]
+
+
+class SecretKeyRef(Model):
+    name: str = Field(min_length=1)
+    key: str = Field(min_length=1)
+
+
+class PrometheusSpec(Model):
+    address: str = Field(pattern=r"^https?://")
+    timeout: Duration = "5s"
+    bearer_token_secret_ref: SecretKeyRef | None = Field(
+        None, description="A Secret key holding a bearer token for Prometheus."
+    )
+
+
+class SloSpec(Model):
+    """Service-level targets; a revision breaches when its p99 exceeds ``factor`` × target."""
+
+    ttft_p99: Duration | None = None
+    itl_p99: Duration | None = None
+    e2e_p99: Duration | None = None
+    factor: float = Field(1.5, ge=1.0, description="Breach when p99 > factor × SLA.")
+
+
+class MetricSpec(Model):
+    """One analysis metric: a built-in ``template`` or a PromQL ``query`` with ``{{namespace}}``,
+    ``{{name}}`` and ``{{revision}}`` placeholders, plus at least one threshold."""
+
+    name: str = Field(min_length=1, max_length=63, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+    template: TemplateName | None = None
+    query: str | None = Field(None, min_length=1)
+    max: float | None = None
+    min: float | None = None
+    max_ratio_to_stable: float | None = Field(None, gt=0)
+    min_ratio_to_stable: float | None = Field(None, gt=0)
+    min_samples: int | None = Field(
+        None, ge=0, description="Requests the window must hold; fewer is inconclusive."
+    )
+    window: Duration | None = Field(None, description="Rate window; default: the interval.")
+
+    @model_validator(mode="after")
+    def _source_and_threshold(self) -> MetricSpec:
+        if (self.template is None) == (self.query is None):
+            raise ValueError(
+                f"spec.analysis.metrics[name={self.name}]: set exactly one of template or query"
+            )
+        if not self.has_threshold():
+            raise ValueError(
+                f"spec.analysis.metrics[name={self.name}]: set a threshold "
+                "(max, min, maxRatioToStable or minRatioToStable)"
+            )
+        return self
+
+    def has_threshold(self) -> bool:
+        return any(
+            t is not None
+            for t in (self.max, self.min, self.max_ratio_to_stable, self.min_ratio_to_stable)
+        )
+
+    def is_relative(self) -> bool:
+        return self.max_ratio_to_stable is not None or self.min_ratio_to_stable is not None
+
+
+class AnalysisSpec(Model):
+    interval: Duration = "1m"
+    prometheus: PrometheusSpec | None = None
+    slo: SloSpec | None = None
+    metrics: list[MetricSpec] = Field(default_factory=list)
+    min_samples: int = Field(
+        20, ge=0, description="Default request count a window must hold to be conclusive."
+    )
+    failure_limit: int = Field(
+        0, ge=0, description="Failed measurements tolerated in a row; one more rolls back."
+    )
+    consecutive_error_limit: int = Field(4, ge=1)
+    on_error_limit: Literal["Pause", "Abort"] = "Pause"
+
+    @model_validator(mode="after")
+    def _rules(self) -> AnalysisSpec:
+        if parse_duration(self.interval) < 5:
+            raise ValueError("spec.analysis.interval: must be at least 5s")
+        names = [m.name for m in self.metrics]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"spec.analysis.metrics: duplicate metric names {dupes}")
+        if (self.metrics or self.slo) and self.prometheus is None:
+            raise ValueError(
+                "spec.analysis.prometheus: metrics or slo need a Prometheus address, e.g. "
+                "prometheus: {address: http://prometheus.monitoring:9090}"
+            )
+        return self
+
+
+# --- business evaluation gate (Principle 11) --------------------------------------------------
+
+
+class ConfigMapKeyRef(Model):
+    name: str = Field(min_length=1)
+    key: str = Field("cases.jsonl", min_length=1)
+
+
+class EvaluationSpec(Model):
+    """Run a business evaluation set against canary and stable before the first traffic shift."""
+
+    config_map_ref: ConfigMapKeyRef
+    sample_size: int = Field(50, ge=1)
+    concurrency: int = Field(4, ge=1, le=64)
+    timeout: Duration = "30s"
+    max_drop_points: float = Field(1.0, ge=0, le=100)
+
+
+# --- the whole spec -------------------------------------------------------------------------------
+
+
+class InferenceRolloutSpec(Model):
+    profile: Literal["latency", "throughput"] = "latency"
+    replicas: int = Field(1, ge=1)
+    template: PodTemplate
+    model: ModelSpec | None = None
+    traffic: TrafficSpec
+    capacity: CapacitySpec = Field(default_factory=CapacitySpec)
+    strategy: StrategySpec = Field(default_factory=StrategySpec)
+    analysis: AnalysisSpec = Field(default_factory=AnalysisSpec)
+    evaluation: EvaluationSpec | None = None
+
+    @classmethod
+    def parse(cls, body: dict[str, Any]) -> InferenceRolloutSpec:
+        """Validate a ``spec`` object as it comes from the API server."""
+        return cls.model_validate(body)

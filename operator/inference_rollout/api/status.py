@@ -1,0 +1,97 @@
+"""The InferenceRollout status: everything needed to continue a release after a restart.
+
+The operator keeps no state in memory that matters: the step, the weight, when the step's hold
+began, the analysis counters and the abort flag all live here, so killing the operator at any
+instant never skips, repeats or reverses a step.  The user's steering requests (promote, abort,
+…) live here too, written by the CLI through the status subresource, so steering never edits the
+spec and a git-synced manifest never drifts.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+Phase = Literal["Healthy", "Progressing", "Paused", "Degraded"]
+Verdict = Literal["Pass", "Fail", "Error", "Inconclusive"]
+ConditionStatus = Literal["True", "False", "Unknown"]
+
+
+class StatusModel(BaseModel):
+    """Status models tolerate unknown fields (an older/newer operator may have written them)."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
+
+
+class Condition(StatusModel):
+    """The metav1.Condition shape."""
+
+    type: str
+    status: ConditionStatus
+    reason: str
+    message: str = ""
+    last_transition_time: str
+    observed_generation: int | None = None
+
+
+class MetricResult(StatusModel):
+    """The latest measurement of one metric and its running counters."""
+
+    value: float | None = None
+    stable_value: float | None = None
+    threshold: str = ""
+    verdict: Verdict | None = None
+    samples: float | None = None
+    error: str | None = None
+    measured_at: str | None = None
+    consecutive_failures: int = 0
+    consecutive_errors: int = 0
+    passes: int = 0
+
+
+class Requests(StatusModel):
+    """Steering requests written by ``kubectl inference-rollout``.
+
+    ``promote``, ``promote_full``, ``abort`` and ``retry`` are one-shot: the operator clears them
+    once acted on.  ``pause`` holds until the user resumes (sets it false)."""
+
+    promote: bool = False
+    promote_full: bool = False
+    abort: bool = False
+    retry: bool = False
+    pause: bool = False
+
+
+class InferenceRolloutStatus(StatusModel):
+    phase: Phase | None = None
+    observed_generation: int | None = None
+    stable_revision: str | None = None
+    canary_revision: str | None = None
+    current_step: int | None = Field(None, description="0-based index into spec.strategy.steps.")
+    canary_weight: int = 0
+    canary_started_at: str | None = Field(None, description="When this canary was created.")
+    step_started_at: str | None = Field(
+        None, description="When the current step's weight was reached (its hold starts here)."
+    )
+    last_analysis_at: str | None = None
+    aborted: bool = False
+    abort_reason: str | None = None
+    aborted_at: str | None = None
+    paused_reason: str | None = None
+    old_revisions: dict[str, str] = Field(
+        default_factory=dict,
+        description="Revisions to scale down, with the time after which they may go.",
+    )
+    analysis: dict[str, MetricResult] = Field(default_factory=dict)
+    conditions: list[Condition] = Field(default_factory=list)
+    message: str = ""
+    requests: Requests = Field(default_factory=Requests)
+
+    @classmethod
+    def parse(cls, body: dict[str, Any] | None) -> InferenceRolloutStatus:
+        return cls.model_validate(body or {})
+
+    def to_body(self) -> dict[str, Any]:
+        return self.model_dump(by_alias=True, mode="json")

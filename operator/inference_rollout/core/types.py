@@ -1,0 +1,119 @@
+"""Plain data that flows into and out of the pure decision function.
+
+Observations come in (what the handler read from the API server and Prometheus), actions go out
+(what the handler must write).  Both are frozen dataclasses with no behaviour, so the core can be
+tested with literals and a restart can be simulated by feeding the same values again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Literal
+
+from ..api.status import InferenceRolloutStatus
+
+# --- observations --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RevisionState:
+    """One revision's Deployment as the API server reports it."""
+
+    desired: int
+    ready: int
+    available: int
+    unschedulable: int = 0  # pods Pending with reason Unschedulable (e.g. no free GPU)
+
+
+class MeasurementError(StrEnum):
+    """Why a query gave no usable number.  None of these ever promotes a release."""
+
+    NO_DATA = "NoData"  # the query returned an empty vector
+    UNREACHABLE = "Unreachable"  # Prometheus did not answer (refused, timeout, 5xx)
+    TOO_FEW_SAMPLES = "TooFewSamples"  # the window held fewer requests than minSamples
+    BAD_QUERY = "BadQuery"  # Prometheus rejected the PromQL (4xx): a spec error
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One metric measured once, for the canary and (for relative checks) the stable."""
+
+    value: float | None
+    stable_value: float | None = None
+    samples: float | None = None
+    error: MeasurementError | None = None
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class Weights:
+    """Route weights as the API server holds them, by revision."""
+
+    stable: int
+    canary: int
+
+
+@dataclass(frozen=True)
+class Observation:
+    """The world as read at one instant.
+
+    ``template_hash`` is the revision the spec asks for now.  ``measurements`` is present only when
+    the handler ran the analysis because :func:`inference_rollout.core.decide.analysis_due` said so.
+    ``invalid`` carries spec problems found outside the CRD schema (template shape, lints with
+    severity error): an invalid release never receives traffic.
+    """
+
+    generation: int
+    template_hash: str
+    revisions: dict[str, RevisionState] = field(default_factory=dict)
+    weights: Weights | None = None
+    measurements: dict[str, Measurement] | None = None
+    invalid: tuple[str, ...] = ()
+    deleting: bool = False
+
+
+# --- actions ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EnsureRevision:
+    """Create or scale the revision's Deployment and Service."""
+
+    revision: str
+    replicas: int
+
+
+@dataclass(frozen=True)
+class SetWeights:
+    """Write the route's weights: ``canary_weight`` to canary, the rest to stable, in one write."""
+
+    stable_revision: str
+    canary_revision: str | None
+    canary_weight: int
+
+
+@dataclass(frozen=True)
+class DeleteRevision:
+    """Remove a revision's Deployment and Service (no traffic points at it any more)."""
+
+    revision: str
+
+
+@dataclass(frozen=True)
+class RecordEvent:
+    type: Literal["Normal", "Warning"]
+    reason: str
+    message: str
+
+
+Action = EnsureRevision | SetWeights | DeleteRevision | RecordEvent
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What :func:`decide` returns: actions in order, the new status, when to look again."""
+
+    actions: tuple[Action, ...]
+    status: InferenceRolloutStatus
+    requeue_after: float | None
