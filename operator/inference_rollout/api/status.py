@@ -54,14 +54,15 @@ class MetricResult(StatusModel):
 class Requests(StatusModel):
     """Steering requests written by ``kubectl inference-rollout``.
 
-    ``promote``, ``promote_full``, ``abort`` and ``retry`` are one-shot: the operator clears them
-    once acted on.  ``pause`` holds until the user resumes (sets it false)."""
+    Every request is one-shot: the CLI sets it true, the operator acts on it and clears it in the
+    same status write.  ``promoteFull`` stays true until the canary is stable (it spans steps)."""
 
     promote: bool = False
     promote_full: bool = False
     abort: bool = False
     retry: bool = False
     pause: bool = False
+    resume: bool = False
 
 
 class InferenceRolloutStatus(StatusModel):
@@ -71,7 +72,9 @@ class InferenceRolloutStatus(StatusModel):
     canary_revision: str | None = None
     current_step: int | None = Field(None, description="0-based index into spec.strategy.steps.")
     canary_weight: int = 0
-    canary_started_at: str | None = Field(None, description="When this canary was created.")
+    step_entered_at: str | None = Field(
+        None, description="When the current step began (its progress deadline counts from here)."
+    )
     step_started_at: str | None = Field(
         None, description="When the current step's weight was reached (its hold starts here)."
     )

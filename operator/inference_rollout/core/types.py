@@ -47,27 +47,20 @@ class Measurement:
 
 
 @dataclass(frozen=True)
-class Weights:
-    """Route weights as the API server holds them, by revision."""
-
-    stable: int
-    canary: int
-
-
-@dataclass(frozen=True)
 class Observation:
     """The world as read at one instant.
 
     ``template_hash`` is the revision the spec asks for now.  ``measurements`` is present only when
-    the handler ran the analysis because :func:`inference_rollout.core.decide.analysis_due` said so.
-    ``invalid`` carries spec problems found outside the CRD schema (template shape, lints with
-    severity error): an invalid release never receives traffic.
+    the handler ran the analysis because :func:`inference_rollout.core.decide.analysis_due` said
+    so.  ``route`` is what the API server holds, read back by the router.  ``invalid`` carries spec
+    problems found outside the CRD schema (template shape, lint errors): an invalid release never
+    receives traffic.
     """
 
     generation: int
     template_hash: str
     revisions: dict[str, RevisionState] = field(default_factory=dict)
-    weights: Weights | None = None
+    route: dict[str, int] | None = None  # backend weights by revision; None: no route yet
     measurements: dict[str, Measurement] | None = None
     invalid: tuple[str, ...] = ()
     deleting: bool = False

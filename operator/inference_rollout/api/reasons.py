@@ -1,0 +1,72 @@
+"""Reasons and messages for conditions and Events, kept in pairs.
+
+A reason is a stable CamelCase token that alerts and dashboards match on; its message template is
+what a person reads in ``kubectl describe``.  Keeping them side by side means a reason is never
+emitted with an ad-hoc message somewhere else.
+"""
+
+from __future__ import annotations
+
+# Valid
+SPEC_VALID = "SpecValid"
+SPEC_VALID_MSG = "the release passed validation"
+INVALID_SPEC = "InvalidSpec"
+INVALID_SPEC_MSG = "the release will not receive traffic until fixed: {problems}"
+
+# Available
+STABLE_AVAILABLE = "StableAvailable"
+STABLE_AVAILABLE_MSG = "stable revision {revision} has {ready}/{replicas} pods ready"
+STABLE_UNAVAILABLE = "StableUnavailable"
+STABLE_UNAVAILABLE_MSG = "stable revision {revision} has no ready pod"
+
+# Progressing
+NEW_RELEASE = "NewRelease"
+NEW_RELEASE_MSG = "new revision {canary} to replace {stable}: starting step 1/{steps}"
+FIRST_RELEASE = "FirstRelease"
+FIRST_RELEASE_MSG = "first revision {revision}: deploying {replicas} pods with all traffic"
+WAITING_FOR_CANARY = "WaitingForCanaryPods"
+WAITING_FOR_CANARY_MSG = (
+    "step {step}/{steps}: waiting for {needed} ready canary pods ({ready} ready)"
+)
+STEP_WEIGHT_SET = "StepWeightSet"
+STEP_WEIGHT_SET_MSG = "step {step}/{steps}: {weight}% of traffic to canary {canary}"
+STEP_COMPLETE = "StepComplete"
+STEP_COMPLETE_MSG = "step {step}/{steps} passed analysis for its whole hold"
+PROMOTED = "Promoted"
+PROMOTED_MSG = "revision {canary} promoted to stable; {old} scales down after {delay}"
+RELEASE_COMPLETE = "ReleaseComplete"
+RELEASE_COMPLETE_MSG = "revision {revision} serves all traffic"
+TEMPLATE_CHANGED = "TemplateChangedMidRelease"
+TEMPLATE_CHANGED_MSG = "template changed during the release: canary {old} replaced by {new}"
+
+# Aborted (rollback)
+ANALYSIS_FAILED = "AnalysisFailed"
+ANALYSIS_FAILED_MSG = "rolled back: {details}"
+PROGRESS_DEADLINE = "ProgressDeadlineExceeded"
+PROGRESS_DEADLINE_MSG = (
+    "rolled back: canary had {ready}/{needed} ready pods after {deadline}{unschedulable}"
+)
+ABORT_REQUESTED = "AbortRequested"
+ABORT_REQUESTED_MSG = "rolled back on request"
+ERROR_LIMIT_ABORT = "AnalysisErrorLimit"
+ERROR_LIMIT_ABORT_MSG = "rolled back: {details} failed to measure {count} times in a row"
+RETRY_REQUESTED = "RetryRequested"
+RETRY_REQUESTED_MSG = "retrying revision {canary} from step 1"
+
+# Paused
+PAUSE_REQUESTED = "PauseRequested"
+PAUSE_REQUESTED_MSG = "paused on request; resume to continue"
+ERROR_LIMIT_PAUSE = "AnalysisErrorLimit"
+ERROR_LIMIT_PAUSE_MSG = (
+    "paused: {details} failed to measure {count} times in a row; resume to retry"
+)
+MANUAL_STEP = "WaitingForPromote"
+MANUAL_STEP_MSG = "step {step}/{steps} held; promote to continue"
+
+# Analysis
+VERDICT_CHANGED = "AnalysisVerdict"
+VERDICT_CHANGED_MSG = "{metric}: {verdict} ({value} vs {threshold})"
+
+# Deletion
+DELETING = "Deleting"
+DELETING_MSG = "rollout deleted: all traffic returned to stable {stable}"

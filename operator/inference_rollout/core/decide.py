@@ -1,0 +1,503 @@
+"""The decision function: observed world + spec + status + now → actions + new status.
+
+Everything the operator does flows from :func:`decide`.  It reads no clock and performs no I/O:
+the handler passes ``now`` and what it observed, applies the returned actions in order, and then
+writes the returned status.  Because the whole state of a release lives in the status, calling
+``decide`` again after a crash, with the status as it was last written, repeats at most the last
+idempotent writes and never skips, repeats or reverses a step.
+
+The rules, in the order they are checked (DESIGN §4):
+
+1. deletion returns all traffic to stable;
+2. the first revision is deployed as stable with all traffic;
+3. a template equal to stable ends any release (a revert);
+4. an invalid release never receives traffic;
+5. a new template starts a release at step 1 (abandoning an older canary);
+6. an aborted release keeps traffic on stable until retry or a new template;
+7. requests (abort, pause, resume), then analysis verdicts (fail → roll back, errors → policy);
+8. capacity for the current step, then its weight once enough canary pods are Ready, then the
+   hold and analysis, then the next step or promotion.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from ..api import reasons as r
+from ..api.duration import format_duration, parse_duration
+from ..api.spec import InferenceRolloutSpec, Step
+from ..api.status import InferenceRolloutStatus, Requests
+from . import analysis as an
+from .capacity import canary_target, ready_enough, release_pod_counts
+from .conditions import apply_conditions, step_message
+from .timeutil import from_iso, seconds_since, to_iso
+from .types import (
+    Action,
+    Decision,
+    DeleteRevision,
+    EnsureRevision,
+    Observation,
+    RecordEvent,
+    SetWeights,
+)
+
+#: How often to look again while waiting for pods (readiness is observed, not watched, here).
+POLL_SECONDS = 2.0
+#: The longest the operator sleeps on a rollout with nothing due (drift is re-checked this often).
+IDLE_SECONDS = 30.0
+
+
+@dataclass
+class _Run:
+    """One call's working state: the status being built and the actions collected so far."""
+
+    spec: InferenceRolloutSpec
+    status: InferenceRolloutStatus
+    world: Observation
+    now: datetime
+    actions: list[Action] = field(default_factory=list)
+    wakeups: list[float] = field(default_factory=list)
+
+    def event(self, type_: str, reason: str, message: str) -> None:
+        self.actions.append(RecordEvent("Warning" if type_ == "Warning" else "Normal", reason,
+                                        message))
+
+    def wake_in(self, seconds: float) -> None:
+        self.wakeups.append(max(0.0, seconds))
+
+    def ensure(self, revision: str, replicas: int) -> None:
+        seen = self.world.revisions.get(revision)
+        if seen is None or seen.desired != replicas:
+            self.actions.append(EnsureRevision(revision, replicas))
+
+
+def analysis_due(spec: InferenceRolloutSpec, status: InferenceRolloutStatus, now: datetime) -> bool:
+    """Whether the handler should measure before calling :func:`decide`.
+
+    Due while a canary carries traffic: right after each weight change, then every interval, and
+    once more when the step's hold ends, so the verdict that promotes covers the whole hold.
+    """
+    if not an.effective_metrics(spec.analysis) or status.aborted:
+        return False
+    if status.canary_revision is None or status.canary_weight == 0:
+        return False
+    last = from_iso(status.last_analysis_at)
+    started = from_iso(status.step_started_at)
+    if last is None or started is None or last < started:
+        return True
+    if (now - last).total_seconds() >= parse_duration(spec.analysis.interval):
+        return True
+    hold_end = _hold_end(spec, status)
+    return hold_end is not None and now >= hold_end > last
+
+
+def decide(
+    spec: InferenceRolloutSpec,
+    status: InferenceRolloutStatus,
+    world: Observation,
+    now: datetime,
+) -> Decision:
+    run = _Run(spec, status.model_copy(deep=True), world, now)
+    if world.deleting:
+        _on_delete(run)
+    elif run.status.stable_revision is None:
+        _first_release(run)
+    elif world.template_hash == run.status.stable_revision:
+        _at_stable(run)
+    elif world.invalid:
+        _invalid_release(run)
+    else:
+        _release(run)
+    if not world.deleting:
+        _old_revisions(run)
+        _reconcile_route(run)
+    st = run.status
+    st.message = _message(run)
+    apply_conditions(spec, st, world, now)
+    requeue = min([*run.wakeups, IDLE_SECONDS])
+    return Decision(actions=tuple(run.actions), status=st, requeue_after=requeue)
+
+
+# --- the paths ----------------------------------------------------------------------------------
+
+
+def _on_delete(run: _Run) -> None:
+    st = run.status
+    if st.stable_revision and st.canary_weight > 0:
+        st.canary_weight = 0
+        run.event("Normal", r.DELETING, r.DELETING_MSG.format(stable=st.stable_revision))
+    if st.stable_revision:
+        _reconcile_route(run)
+
+
+def _first_release(run: _Run) -> None:
+    if run.world.invalid:
+        return
+    st, rev = run.status, run.world.template_hash
+    st.stable_revision = rev
+    st.canary_weight = 0
+    run.event("Normal", r.FIRST_RELEASE,
+              r.FIRST_RELEASE_MSG.format(revision=rev, replicas=run.spec.replicas))
+    run.ensure(rev, run.spec.replicas)
+    run.wake_in(POLL_SECONDS)
+
+
+def _at_stable(run: _Run) -> None:
+    """No release: the template is the stable one (also after a revert mid-release)."""
+    st = run.status
+    if st.canary_revision:
+        _abandon_canary(run)
+    st.aborted, st.abort_reason, st.aborted_at, st.paused_reason = False, None, None, None
+    st.requests = Requests()
+    assert st.stable_revision is not None
+    run.ensure(st.stable_revision, run.spec.replicas)
+    stable = run.world.revisions.get(st.stable_revision)
+    if stable is None or stable.ready < run.spec.replicas:
+        run.wake_in(POLL_SECONDS)
+
+
+def _invalid_release(run: _Run) -> None:
+    """An invalid template never receives traffic; the stable keeps serving."""
+    st = run.status
+    if st.canary_revision:
+        _abandon_canary(run)
+    assert st.stable_revision is not None
+    run.ensure(st.stable_revision, run.spec.replicas)
+
+
+def _release(run: _Run) -> None:
+    st = run.status
+    if st.canary_revision != run.world.template_hash:
+        if st.canary_revision:
+            run.event("Normal", r.TEMPLATE_CHANGED, r.TEMPLATE_CHANGED_MSG.format(
+                old=st.canary_revision, new=run.world.template_hash))
+            _abandon_canary(run)
+        _start_release(run, r.NEW_RELEASE, r.NEW_RELEASE_MSG.format(
+            canary=run.world.template_hash, stable=st.stable_revision,
+            steps=len(run.spec.strategy.steps)))
+    if st.aborted:
+        if not st.requests.retry:
+            _stay_aborted(run)
+            return
+        _start_release(run, r.RETRY_REQUESTED, r.RETRY_REQUESTED_MSG.format(
+            canary=st.canary_revision))
+    if st.requests.abort:
+        _abort(run, r.ABORT_REQUESTED, r.ABORT_REQUESTED_MSG)
+        return
+    _steer_pause(run)
+    if run.world.measurements is not None and _analyse(run):
+        return
+    _progress(run)
+
+
+# --- releases -------------------------------------------------------------------------------------
+
+
+def _start_release(run: _Run, reason: str, message: str) -> None:
+    st = run.status
+    st.canary_revision = run.world.template_hash
+    st.current_step = 0
+    st.canary_weight = 0
+    st.step_entered_at = to_iso(run.now)
+    st.step_started_at = None
+    st.last_analysis_at = None
+    st.analysis = {}
+    st.aborted, st.abort_reason, st.aborted_at = False, None, None
+    keep_pause = st.requests.pause
+    st.requests = Requests(pause=keep_pause)
+    if st.paused_reason != r.PAUSE_REQUESTED:
+        st.paused_reason = None
+    run.event("Normal", reason, message)
+
+
+def _abandon_canary(run: _Run) -> None:
+    """Traffic back to stable in one write; the canary goes after ``abortScaleDownDelay``."""
+    st = run.status
+    assert st.canary_revision is not None
+    delay = parse_duration(run.spec.strategy.abort_scale_down_delay)
+    st.old_revisions[st.canary_revision] = to_iso(run.now + timedelta(seconds=delay))
+    st.canary_revision, st.current_step, st.canary_weight = None, None, 0
+    st.step_entered_at = st.step_started_at = st.last_analysis_at = None
+
+
+def _abort(run: _Run, reason: str, message: str) -> None:
+    st = run.status
+    st.aborted, st.abort_reason, st.aborted_at = True, reason, to_iso(run.now)
+    st.canary_weight = 0
+    st.step_started_at = None
+    st.paused_reason = None
+    st.requests = Requests()
+    run.event("Warning", reason, message)
+    _stay_aborted(run)
+
+
+def _stay_aborted(run: _Run) -> None:
+    """All traffic on stable; the canary keeps its pods for ``abortScaleDownDelay`` (in-flight
+    requests drain, and its logs stay readable), then scales to zero but stays for a retry."""
+    st = run.status
+    st.requests = Requests()
+    assert st.stable_revision is not None and st.canary_revision is not None
+    waited = seconds_since(st.aborted_at, run.now) or 0.0
+    delay = parse_duration(run.spec.strategy.abort_scale_down_delay)
+    canary = run.world.revisions.get(st.canary_revision)
+    if waited >= delay:
+        if canary is not None:
+            run.ensure(st.canary_revision, 0)
+        canary_pods = 0
+    else:
+        run.wake_in(delay - waited)
+        canary_pods = canary.desired if canary else 0
+    stable = run.spec.replicas
+    if run.spec.capacity.mode == "swap":
+        quota = run.spec.replicas + run.spec.capacity.max_surge
+        stable = min(stable, quota - canary_pods)
+    run.ensure(st.stable_revision, stable)
+
+
+def _steer_pause(run: _Run) -> None:
+    st, rq = run.status, run.status.requests
+    if rq.pause:
+        st.paused_reason = r.PAUSE_REQUESTED
+        rq.pause = False
+    if rq.resume:
+        st.paused_reason = None
+        for result in st.analysis.values():
+            result.consecutive_errors = 0
+        rq.resume = False
+
+
+def _analyse(run: _Run) -> bool:
+    """Record the measurements; roll back or pause per the verdicts.  True when rolled back."""
+    st, spec = run.status, run.spec
+    assert run.world.measurements is not None
+    for metric in an.effective_metrics(spec.analysis):
+        m = run.world.measurements.get(metric.name)
+        if m is None:
+            continue
+        before = st.analysis.get(metric.name)
+        after = an.record(metric, before, m, run.now)
+        st.analysis[metric.name] = after
+        if before is None or before.verdict != after.verdict:
+            shown = "n/a" if after.value is None else f"{after.value:.4g}"
+            run.event("Warning" if after.verdict == "Fail" else "Normal", r.VERDICT_CHANGED,
+                      r.VERDICT_CHANGED_MSG.format(metric=metric.name, verdict=after.verdict,
+                                                   value=shown, threshold=after.threshold))
+    st.last_analysis_at = to_iso(run.now)
+    failing = an.failed(spec.analysis, st.analysis)
+    if failing:
+        _abort(run, r.ANALYSIS_FAILED,
+               r.ANALYSIS_FAILED_MSG.format(details=an.summarise(st.analysis, failing)))
+        return True
+    stuck = an.erroring(spec.analysis, st.analysis)
+    if stuck:
+        details = an.summarise(st.analysis, stuck)
+        count = spec.analysis.consecutive_error_limit
+        if spec.analysis.on_error_limit == "Abort":
+            _abort(run, r.ERROR_LIMIT_ABORT,
+                   r.ERROR_LIMIT_ABORT_MSG.format(details=details, count=count))
+            return True
+        if st.paused_reason != r.ERROR_LIMIT_PAUSE:
+            st.paused_reason = r.ERROR_LIMIT_PAUSE
+            run.event("Warning", r.ERROR_LIMIT_PAUSE,
+                      r.ERROR_LIMIT_PAUSE_MSG.format(details=details, count=count))
+    return False
+
+
+def _progress(run: _Run) -> None:
+    """Capacity, weight, hold and analysis for the current step; at most one step advance."""
+    st, spec = run.status, run.spec
+    assert st.current_step is not None
+    if st.requests.promote_full and st.current_step < len(spec.strategy.steps) - 1:
+        st.current_step = len(spec.strategy.steps) - 1
+        st.step_entered_at, st.step_started_at = to_iso(run.now), None
+    for _ in range(2):
+        step = spec.strategy.steps[st.current_step]
+        if not _capacity_and_weight(run, step):
+            return
+        if not _step_done(run, step):
+            return
+        if not _advance(run):
+            return
+
+
+def _capacity_and_weight(run: _Run, step: Step) -> bool:
+    """Scale for the step and raise the weight once the canary can serve it.  True when the
+    step's weight is in place."""
+    st, spec, world = run.status, run.spec, run.world
+    assert st.canary_revision is not None and st.stable_revision is not None
+    canary = world.revisions.get(st.canary_revision)
+    stable = world.revisions.get(st.stable_revision)
+    ready = canary.ready if canary else 0
+    counts = release_pod_counts(spec, step, ready, stable.desired if stable else spec.replicas)
+    run.ensure(st.stable_revision, counts.stable)
+    run.ensure(st.canary_revision, counts.canary)
+    if st.canary_weight >= step.weight:
+        return True
+    if not ready_enough(spec, step, ready):
+        waited = seconds_since(st.step_entered_at, run.now) or 0.0
+        deadline = parse_duration(spec.strategy.progress_deadline)
+        if waited >= deadline:
+            stuck = canary.unschedulable if canary else 0
+            _abort(run, r.PROGRESS_DEADLINE, r.PROGRESS_DEADLINE_MSG.format(
+                ready=ready, needed=canary_target(spec, step), deadline=format_duration(deadline),
+                unschedulable=f" ({stuck} pods unschedulable: not enough GPUs)" if stuck else ""))
+        else:
+            run.wake_in(min(POLL_SECONDS, deadline - waited))
+        return False
+    if st.paused_reason:
+        return False
+    st.canary_weight = step.weight
+    st.step_started_at = to_iso(run.now)
+    steps = len(spec.strategy.steps)
+    run.event("Normal", r.STEP_WEIGHT_SET, r.STEP_WEIGHT_SET_MSG.format(
+        step=st.current_step + 1 if st.current_step is not None else 0, steps=steps,
+        weight=step.weight, canary=st.canary_revision))
+    run.wake_in(0 if an.effective_metrics(spec.analysis) else _hold_seconds(step))
+    return False
+
+
+def _step_done(run: _Run, step: Step) -> bool:
+    """The hold has elapsed and every metric's latest verdict, taken at or after the hold's end,
+    is Pass (or the user asked to promote)."""
+    st, spec = run.status, run.spec
+    if st.requests.promote or st.requests.promote_full:
+        return True
+    if st.paused_reason:
+        return False
+    hold_end = _hold_end(spec, st)
+    assert hold_end is not None
+    if run.now < hold_end:
+        run.wake_in((hold_end - run.now).total_seconds())
+        _wake_for_analysis(run)
+        return False
+    for metric in an.effective_metrics(spec.analysis):
+        result = st.analysis.get(metric.name)
+        measured = from_iso(result.measured_at) if result else None
+        if result is None or result.verdict != "Pass" or measured is None or measured < hold_end:
+            _wake_for_analysis(run)
+            return False
+    if step.manual:
+        st.paused_reason = r.MANUAL_STEP
+        return False
+    return True
+
+
+def _advance(run: _Run) -> bool:
+    """Go to the next step, or promote after the last.  True when there is a next step."""
+    st, spec = run.status, run.spec
+    assert st.current_step is not None
+    steps = len(spec.strategy.steps)
+    st.requests.promote = False
+    if st.paused_reason == r.MANUAL_STEP:
+        st.paused_reason = None
+    run.event("Normal", r.STEP_COMPLETE,
+              r.STEP_COMPLETE_MSG.format(step=st.current_step + 1, steps=steps))
+    if st.current_step + 1 >= steps:
+        _promote(run)
+        return False
+    st.current_step += 1
+    st.step_entered_at, st.step_started_at = to_iso(run.now), None
+    return True
+
+
+def _promote(run: _Run) -> None:
+    """The canary becomes stable by relabelling, never by copying pods (a model reload costs
+    minutes of GPU time); the old stable scales down after ``scaleDownDelay``."""
+    st, spec = run.status, run.spec
+    assert st.canary_revision is not None and st.stable_revision is not None
+    old, new = st.stable_revision, st.canary_revision
+    delay = parse_duration(spec.strategy.scale_down_delay)
+    st.old_revisions[old] = to_iso(run.now + timedelta(seconds=delay))
+    st.stable_revision = new
+    st.canary_revision, st.current_step, st.canary_weight = None, None, 0
+    st.step_entered_at = st.step_started_at = None
+    st.requests = Requests()
+    run.event("Normal", r.PROMOTED,
+              r.PROMOTED_MSG.format(canary=new, old=old, delay=format_duration(delay)))
+    run.ensure(new, spec.replicas)
+    run.wake_in(delay)
+
+
+# --- always --------------------------------------------------------------------------------
+
+
+def _old_revisions(run: _Run) -> None:
+    """Scale down revisions no route points at once their delay has passed; adopt orphans (a
+    revision Deployment the status does not know, e.g. after a lost status write)."""
+    st = run.status
+    live = {rev for rev in (st.stable_revision, st.canary_revision) if rev}
+    for rev in run.world.revisions:
+        if rev not in live and rev not in st.old_revisions:
+            delay = parse_duration(run.spec.strategy.scale_down_delay)
+            st.old_revisions[rev] = to_iso(run.now + timedelta(seconds=delay))
+    for rev, due_text in sorted(st.old_revisions.items()):
+        due = from_iso(due_text)
+        if rev in live or rev not in run.world.revisions:
+            del st.old_revisions[rev]
+        elif due is None or run.now >= due:
+            run.actions.append(DeleteRevision(rev))
+            del st.old_revisions[rev]
+        else:
+            run.wake_in((due - run.now).total_seconds())
+
+
+def desired_route(status: InferenceRolloutStatus) -> dict[str, int]:
+    """Backend weights by revision that the status implies.  The canary stays on the route at 0%
+    while a release is open (a user sees it there); after promotion only the stable remains."""
+    out: dict[str, int] = {}
+    if status.stable_revision:
+        out[status.stable_revision] = 100 - status.canary_weight
+    if status.canary_revision:
+        out[status.canary_revision] = status.canary_weight
+    return out
+
+
+def _reconcile_route(run: _Run) -> None:
+    """Make the route hold what the status says, in one write placed before any scaling, so
+    traffic has left a revision before its pods go (and a drifted route is put back)."""
+    st = run.status
+    if not st.stable_revision:
+        return
+    if run.world.route != desired_route(st):
+        run.actions.insert(0, SetWeights(st.stable_revision, st.canary_revision, st.canary_weight))
+
+
+def _hold_seconds(step: Step) -> float:
+    return parse_duration(step.pause) if step.pause else 0.0
+
+
+def _hold_end(spec: InferenceRolloutSpec, status: InferenceRolloutStatus) -> datetime | None:
+    started = from_iso(status.step_started_at)
+    if started is None or status.current_step is None:
+        return None
+    step = spec.strategy.steps[status.current_step]
+    return started + timedelta(seconds=_hold_seconds(step))
+
+
+def _wake_for_analysis(run: _Run) -> None:
+    if not an.effective_metrics(run.spec.analysis):
+        return
+    last = from_iso(run.status.last_analysis_at)
+    interval = parse_duration(run.spec.analysis.interval)
+    run.wake_in(interval if last is None else interval - (run.now - last).total_seconds())
+
+
+def _message(run: _Run) -> str:
+    st = run.status
+    if run.world.invalid:
+        return r.INVALID_SPEC_MSG.format(problems="; ".join(run.world.invalid))
+    if st.aborted:
+        reason = next((a.message for a in run.actions if isinstance(a, RecordEvent)
+                       and a.reason == st.abort_reason), None)
+        return reason or (st.message if st.message.startswith("rolled back") else
+                          f"rolled back ({st.abort_reason}); retry or change the template")
+    if st.paused_reason == r.MANUAL_STEP and st.current_step is not None:
+        return r.MANUAL_STEP_MSG.format(step=st.current_step + 1,
+                                        steps=len(run.spec.strategy.steps))
+    text = step_message(run.spec, st, run.now)
+    if st.paused_reason:
+        text = f"paused ({st.paused_reason}); {text}" if text else f"paused ({st.paused_reason})"
+    if text:
+        return text
+    return r.RELEASE_COMPLETE_MSG.format(revision=st.stable_revision or "(none)")

@@ -1,0 +1,26 @@
+"""Revisions: a stable hash of the pod template, and the names derived from it.
+
+The hash must not change when the API server re-serialises the template (key order, defaults the
+operator never sees), so it is taken over canonical JSON of the template exactly as the user wrote
+it in the spec.  Ten hex characters keep ``<name>-<hash>`` within DNS-label limits.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+HASH_LENGTH = 10
+#: A Service name is a DNS label (63); Deployment pods append ``-<rs-hash>-<suffix>`` (17).
+MAX_ROLLOUT_NAME = 63 - HASH_LENGTH - 1 - 17
+
+
+def template_hash(template: dict[str, Any]) -> str:
+    canonical = json.dumps(template, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()[:HASH_LENGTH]
+
+
+def revision_name(rollout: str, revision: str) -> str:
+    """The Deployment and Service name of one revision."""
+    return f"{rollout}-{revision}"
