@@ -1,0 +1,172 @@
+"""Where numbers come from: a :class:`MetricSource` answers one instant PromQL query with a number.
+
+Anything else is a typed error whose ``kind`` is the :class:`MeasurementError` the analysis
+reports, so the decision layer sees exactly three outcomes (value, inconclusive, error) and never
+an exception type from an HTTP library.
+
+The operator is asyncio (kopf), so :class:`PrometheusSource` uses ``httpx.AsyncClient``; see
+docs/metrics.md for why ``prometheus-api-client`` is not used here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from typing import Any, Protocol
+
+import httpx
+
+from ..api.duration import parse_duration
+from ..api.spec import PrometheusSpec
+from ..core.types import MeasurementError
+
+
+class MetricQueryError(Exception):
+    """A query that gave no usable number; ``kind`` says which of the analysis outcomes it is."""
+
+    kind: MeasurementError
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class NoData(MetricQueryError):
+    """Empty result, or NaN (``histogram_quantile`` or a ratio over a window without traffic)."""
+
+    kind = MeasurementError.NO_DATA
+
+
+class Unreachable(MetricQueryError):
+    """Prometheus did not answer usefully: refused, timed out, 5xx, auth or routing error."""
+
+    kind = MeasurementError.UNREACHABLE
+
+
+class BadQuery(MetricQueryError):
+    """Prometheus rejected the PromQL, or its result cannot be one number: a spec error."""
+
+    kind = MeasurementError.BAD_QUERY
+
+
+class MetricSource(Protocol):
+    async def query(self, promql: str, at: float | None = None) -> float:
+        """The single value of ``promql`` evaluated at unix time ``at`` (default: now).
+
+        Raises :class:`NoData`, :class:`Unreachable` or :class:`BadQuery`.
+        """
+        ...
+
+
+# Prometheus API error types that mean "your query is wrong" rather than "try again later".
+_QUERY_ERROR_TYPES = frozenset({"bad_data", "execution"})
+
+
+class PrometheusSource:
+    """Instant queries against the Prometheus HTTP API (``POST /api/v1/query``).
+
+    POST keeps long template queries out of URLs (proxies cap URL length).  ``timeout_s`` bounds
+    each request on our side and is also sent as the query's ``timeout`` so Prometheus stops
+    evaluating a query nobody waits for.  ``max_concurrency`` caps parallel queries, because one
+    analysis fans out into several queries per metric.
+    """
+
+    def __init__(
+        self,
+        address: str,
+        *,
+        timeout_s: float = 5.0,
+        bearer_token: str | None = None,
+        client: httpx.AsyncClient | None = None,
+        max_concurrency: int = 8,
+    ) -> None:
+        self.url = address.rstrip("/") + "/api/v1/query"
+        self.timeout_s = timeout_s
+        self._headers = {"Authorization": f"Bearer {bearer_token}"} if bearer_token else {}
+        self._client = client or httpx.AsyncClient()
+        self._owns_client = client is None
+        self._slots = asyncio.Semaphore(max_concurrency)
+
+    @classmethod
+    def from_spec(cls, spec: PrometheusSpec, bearer_token: str | None = None) -> PrometheusSource:
+        """Build from ``spec.analysis.prometheus``; the caller reads the token Secret, if any."""
+        return cls(spec.address, timeout_s=parse_duration(spec.timeout), bearer_token=bearer_token)
+
+    async def aclose(self) -> None:
+        if self._owns_client:
+            await self._client.aclose()
+
+    async def __aenter__(self) -> PrometheusSource:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def query(self, promql: str, at: float | None = None) -> float:
+        form = {"query": promql, "timeout": f"{self.timeout_s:g}s"}
+        if at is not None:
+            form["time"] = f"{at:.3f}"
+        async with self._slots:
+            try:
+                resp = await self._client.post(
+                    self.url, data=form, headers=self._headers, timeout=self.timeout_s
+                )
+            except httpx.TimeoutException:
+                raise Unreachable(
+                    f"Prometheus at {self.url} did not answer within {self.timeout_s:g}s"
+                ) from None
+            except httpx.HTTPError as e:
+                raise Unreachable(f"Prometheus at {self.url}: {type(e).__name__}: {e}") from None
+        return _parse(resp)
+
+
+def _parse(resp: httpx.Response) -> float:
+    try:
+        body: Any = resp.json()
+    except ValueError:
+        body = None
+    if not isinstance(body, dict) or "status" not in body:
+        # An HTML error page from an ingress or a wrong address: not a Prometheus answer.
+        raise Unreachable(
+            f"HTTP {resp.status_code} from {resp.request.url} is not a Prometheus API response"
+        )
+    if body["status"] != "success":
+        etype, error = body.get("errorType", ""), body.get("error", "")
+        if etype in _QUERY_ERROR_TYPES or resp.status_code in (400, 422):
+            raise BadQuery(f"Prometheus rejected the query ({etype}): {error}")
+        raise Unreachable(f"Prometheus error HTTP {resp.status_code} ({etype}): {error}")
+    return _single_value(body.get("data") or {})
+
+
+def _single_value(data: dict[str, Any]) -> float:
+    rtype = data.get("resultType")
+    result: Any = data.get("result")
+    if rtype == "scalar":
+        return _number(result[1])
+    if rtype != "vector":
+        raise BadQuery(
+            f"query returned a {rtype}; it must return an instant vector or scalar "
+            "(wrap a range selector in rate(), increase() or *_over_time())"
+        )
+    if not result:
+        raise NoData("query returned an empty vector (no matching series)")
+    if len(result) > 1:
+        shown = ", ".join(_labels(s.get("metric", {})) for s in result[:3])
+        raise BadQuery(
+            f"query returned {len(result)} series ({shown}{', …' if len(result) > 3 else ''}); "
+            "it must aggregate to one series, e.g. wrap it in sum(...) or max(...)"
+        )
+    if "value" not in result[0]:
+        raise BadQuery("query returned a native histogram sample; reduce it to a number first")
+    return _number(result[0]["value"][1])
+
+
+def _number(text: str) -> float:
+    value = float(text)  # Prometheus writes "NaN", "+Inf", "-Inf", which float() accepts
+    if math.isnan(value):
+        raise NoData("query returned NaN (no traffic in the window: 0/0 or an empty histogram)")
+    return value
+
+
+def _labels(metric: dict[str, str]) -> str:
+    return "{" + ",".join(f'{k}="{v}"' for k, v in sorted(metric.items())) + "}"
