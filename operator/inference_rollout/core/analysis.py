@@ -10,33 +10,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from ..api.duration import parse_duration
-from ..api.spec import AnalysisSpec, MetricSpec, SloSpec
+from ..api.effective import effective_metrics, slo_metrics
+from ..api.spec import AnalysisSpec, MetricSpec
 from ..api.status import MetricResult, Verdict
 from .timeutil import to_iso
 from .types import Measurement, MeasurementError
 
-_SLO_TEMPLATES = (("ttft_p99", "ttft-p99"), ("itl_p99", "itl-p99"), ("e2e_p99", "e2e-p99"))
-
-
-def slo_metrics(slo: SloSpec) -> list[MetricSpec]:
-    """The metrics an SLO implies: breach when the p99 exceeds ``factor`` × the target."""
-    out = []
-    for field, template in _SLO_TEMPLATES:
-        target = getattr(slo, field)
-        if target is not None:
-            limit = round(slo.factor * parse_duration(target), 6)
-            out.append(MetricSpec(name=f"slo-{template}", template=template, max=limit))
-    return out
-
-
-def effective_metrics(analysis: AnalysisSpec) -> list[MetricSpec]:
-    """Every metric the analysis measures: the explicit ones, then those the SLO implies (an
-    explicit metric of the same name wins, so a user can tighten or relax one)."""
-    explicit = {m.name for m in analysis.metrics}
-    implied = slo_metrics(analysis.slo) if analysis.slo else []
-    return list(analysis.metrics) + [m for m in implied if m.name not in explicit]
-
+__all__ = ["effective_metrics", "slo_metrics"]  # re-exported: verdicts and queries share one list
 
 def describe_threshold(metric: MetricSpec) -> str:
     parts = []

@@ -1,0 +1,23 @@
+"""The router interface: the only way the operator moves traffic."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+
+class RouteError(Exception):
+    """The route cannot be read or written; the message says which object and how to fix it."""
+
+
+class RouteDrift(RouteError):
+    """After a write, the API server holds other weights than the ones written."""
+
+
+class TrafficRouter(Protocol):
+    async def get_weights(self) -> dict[str, int] | None:
+        """Backend weights by revision as the API server holds them; None when the route does
+        not exist yet (an owned route before its first write)."""
+
+    async def set_weights(self, stable: str, canary: str | None, canary_weight: int) -> None:
+        """Write ``canary_weight`` to the canary and the rest to stable in ONE write, then verify
+        the API server holds exactly that (raise :class:`RouteDrift` otherwise)."""
