@@ -1,0 +1,1 @@
+"""Revision workloads: one Deployment and one Service per revision, and how they are doing."""

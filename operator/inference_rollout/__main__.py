@@ -1,0 +1,66 @@
+"""``inference-rollout``: run the operator, or print the CRD.
+
+    inference-rollout operator [--namespace NS]... | --all-namespaces
+                               [--log-format plain|json] [--liveness-port 8080]
+                               [--metrics-port 8081] [--kubeconfig PATH]
+    inference-rollout crd
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="inference-rollout", description=__doc__.split("\n")[0])
+    sub = p.add_subparsers(dest="command", required=True)
+    op = sub.add_parser("operator", help="run the operator against the current kubeconfig")
+    scope = op.add_mutually_exclusive_group(required=True)
+    scope.add_argument("--namespace", "-n", action="append", dest="namespaces",
+                       help="watch this namespace (repeatable)")
+    scope.add_argument("--all-namespaces", "-A", action="store_true",
+                       help="watch every namespace (needs cluster-wide RBAC)")
+    op.add_argument("--log-format", choices=("plain", "json"), default="plain")
+    op.add_argument("--liveness-port", type=int, default=8080)
+    op.add_argument("--metrics-port", type=int, default=8081)
+    op.add_argument("--kubeconfig", default=None, help="default: $KUBECONFIG or in-cluster")
+    op.add_argument("--verbose", "-v", action="store_true")
+    sub.add_parser("crd", help="print the CustomResourceDefinition YAML")
+    return p
+
+
+def run_operator(args: argparse.Namespace) -> int:
+    import kopf
+
+    from . import handlers
+
+    if args.kubeconfig:
+        os.environ["KUBECONFIG"] = args.kubeconfig
+    handlers.Runtime.kubeconfig = args.kubeconfig
+    handlers.Runtime.metrics_port = args.metrics_port
+    fmt = kopf.LogFormat.JSON if args.log_format == "json" else kopf.LogFormat.PLAIN
+    kopf.configure(verbose=args.verbose, log_format=fmt)
+    asyncio.run(kopf.operator(
+        clusterwide=bool(args.all_namespaces),
+        namespaces=args.namespaces or [],
+        standalone=True,
+        liveness_endpoint=f"http://0.0.0.0:{args.liveness_port}/healthz",
+    ))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.command == "operator":
+        return run_operator(args)
+    from .api.crd import render
+
+    sys.stdout.write(render())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,53 @@
+"""Spec problems the CRD schema cannot catch, and the status of a spec that does not parse.
+
+Reported as ``Valid=False`` (and the phase Degraded): the object is stored, but an invalid release
+never receives traffic, and fixing the manifest resumes it.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import ValidationError
+
+from ..api import reasons as r
+from ..api.spec import InferenceRolloutSpec
+from ..api.status import InferenceRolloutStatus
+from .conditions import set_condition
+from .revision import MAX_ROLLOUT_NAME
+
+
+def problems(spec: InferenceRolloutSpec, name: str) -> list[str]:
+    """Problems with an otherwise well-formed spec (the rollout's own name, here)."""
+    out = []
+    if len(name) > MAX_ROLLOUT_NAME:
+        out.append(
+            f"metadata.name: {len(name)} characters is too long; revision objects are named "
+            f"<name>-<hash> and their pods must fit a DNS label: use at most {MAX_ROLLOUT_NAME}"
+        )
+    del spec  # reserved for checks that need the spec; lints come from inference_rollout.budget
+    return out
+
+
+def describe_validation_error(error: ValidationError) -> list[str]:
+    """One line per problem: ``spec.<path>: <message>``."""
+    lines = []
+    for e in error.errors():
+        path = ".".join(str(p) for p in e["loc"] if p != "__root__")
+        msg = str(e["msg"]).removeprefix("Value error, ")
+        lines.append(msg if msg.startswith("spec.") else f"spec.{path}: {msg}".rstrip(". :"))
+    return lines
+
+
+def unparseable_status(
+    status: InferenceRolloutStatus, found: list[str], generation: int, now: datetime
+) -> InferenceRolloutStatus:
+    """The status of a rollout whose spec fails validation: nothing else changes (traffic stays
+    where it is, no revision is created), Valid=False says why."""
+    new = status.model_copy(deep=True)
+    message = r.INVALID_SPEC_MSG.format(problems="; ".join(found))
+    set_condition(new, "Valid", "False", r.INVALID_SPEC, message, now, generation)
+    new.phase = "Degraded"
+    new.message = message
+    new.observed_generation = generation
+    return new

@@ -1,0 +1,169 @@
+"""kopf wiring only: when to reconcile which rollout.  No decisions live here.
+
+* One daemon per InferenceRollout loops ``reconcile`` → sleep until the core's requeue time, and
+  wakes early when the object changes in a way that matters (new generation, a steering request,
+  deletion).  A daemon per object keeps 500 rollouts on their own schedules without a central
+  scheduler, and costs one asyncio task each.
+* The delete handler (kopf's finalizer, under the project's own name) returns traffic to stable
+  before the object goes; with a user-owned route the stable revision is also orphaned, so the
+  route keeps a live backend after the rollout's garbage collection.
+* kopf's own bookkeeping lives in annotations with the project's prefix, never in our status.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any, ClassVar, cast
+
+import kopf
+from aiohttp import web
+
+from . import opmetrics
+from .api import GROUP, LABEL_REVISION, PLURAL, VERSION
+from .api.spec import InferenceRolloutSpec
+from .api.status import InferenceRolloutStatus
+from .core.types import RecordEvent
+from .kube import Kube, KubeError, load_configuration
+from .reconciler import Deps, reconcile, rollout_path
+from .traffic.router import RouteError
+from .workloads.revisions import RevisionError
+
+log = logging.getLogger("inference_rollout")
+FINALIZER = f"{GROUP}/finalizer"
+ERROR_BACKOFF_SECONDS = 5.0
+
+
+class Runtime:
+    """Process-wide state shared by the handlers (set up at startup)."""
+
+    deps: Deps | None = None
+    wake: ClassVar[dict[tuple[str, str], asyncio.Event]] = {}
+    metrics_port: int = 8081
+    kubeconfig: str | None = None
+
+
+async def _post_event(body: dict[str, Any], event: RecordEvent) -> None:
+    kopf.event(cast(kopf.Body, body), type=event.type, reason=event.reason,
+               message=event.message[:1000])
+
+
+def configure(settings: kopf.OperatorSettings) -> None:
+    settings.persistence.finalizer = FINALIZER
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=GROUP, key="last-handled-configuration")
+    settings.peering.standalone = True
+    settings.posting.level = logging.INFO
+    settings.watching.server_timeout = 300
+    settings.networking.request_timeout = 30
+
+
+@kopf.on.startup()
+async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
+    configure(settings)
+    Runtime.deps = Deps(kube=Kube(load_configuration(Runtime.kubeconfig)), post_event=_post_event)
+    app = web.Application()
+    app.router.add_get("/metrics", _metrics)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "0.0.0.0", Runtime.metrics_port).start()  # a pod port: all interfaces
+    log.info("metrics on :%d/metrics", Runtime.metrics_port)
+
+
+async def _metrics(_request: web.Request) -> web.Response:
+    return web.Response(text=opmetrics.REGISTRY.render(), content_type="text/plain")
+
+
+def _key(namespace: str | None, name: str | None) -> tuple[str, str]:
+    return (namespace or "", name or "")
+
+
+@kopf.on.event(GROUP, VERSION, PLURAL)
+async def wake_on_change(body: kopf.Body, **_: Any) -> None:
+    """Wake the rollout's daemon for changes it must act on now, not for its own status
+    writes (which would only cause a no-op reconcile)."""
+    meta = body.get("metadata", {})
+    status = body.get("status") or {}
+    requests = status.get("requests") or {}
+    generation_moved = meta.get("generation") != status.get("observedGeneration")
+    if generation_moved or any(requests.values()) or meta.get("deletionTimestamp"):
+        ev = Runtime.wake.get(_key(meta.get("namespace"), meta.get("name")))
+        if ev is not None:
+            ev.set()
+
+
+@kopf.daemon(GROUP, VERSION, PLURAL, cancellation_timeout=5.0)
+async def run_rollout(stopped: kopf.DaemonStopped, name: str, namespace: str | None,
+                      **_: Any) -> None:
+    deps = Runtime.deps
+    assert deps is not None
+    assert namespace is not None  # the CRD is namespaced
+    key = _key(namespace, name)
+    wake = Runtime.wake.setdefault(key, asyncio.Event())
+    due = time.monotonic()
+    try:
+        while not stopped:
+            wake.clear()
+            opmetrics.REGISTRY.observe("inference_rollout_reconcile_lag_seconds",
+                                       max(0.0, time.monotonic() - due))
+            delay = await _reconcile_once(deps, namespace, name)
+            if delay is None:
+                return
+            due = time.monotonic() + delay
+            try:
+                await asyncio.wait_for(wake.wait(), timeout=delay)
+                due = time.monotonic()
+            except TimeoutError:
+                pass
+    finally:
+        Runtime.wake.pop(key, None)
+        opmetrics.REGISTRY.forget(namespace=namespace, name=name)
+
+
+async def _reconcile_once(deps: Deps, namespace: str, name: str) -> float | None:
+    """One reconcile from a fresh read; None when the object is gone or being deleted."""
+    try:
+        body = await deps.kube.get_or_none(rollout_path(namespace, name))
+        if body is None or body["metadata"].get("deletionTimestamp"):
+            return None
+        return await reconcile(deps, body)
+    except (RouteError, RevisionError, KubeError) as e:
+        opmetrics.REGISTRY.inc("inference_rollout_reconcile_errors_total", kind=type(e).__name__)
+        log.warning("%s/%s: %s", namespace, name, e)
+        return ERROR_BACKOFF_SECONDS
+
+
+@kopf.on.delete(GROUP, VERSION, PLURAL)
+async def on_delete(body: kopf.Body, name: str, namespace: str | None, **_: Any) -> None:
+    """Return all traffic to stable before the rollout (and, by garbage collection, its
+    revisions) goes.  Retried by kopf until it succeeds."""
+    deps = Runtime.deps
+    assert deps is not None and namespace is not None
+    raw = dict(body)
+    try:
+        await reconcile(deps, raw)
+    except (RouteError, KubeError, RevisionError) as e:
+        raise kopf.TemporaryError(f"returning traffic to stable: {e}", delay=2) from e
+    spec = InferenceRolloutSpec.parse(raw["spec"])
+    status = InferenceRolloutStatus.parse(raw.get("status"))
+    if spec.traffic.gateway_api.http_route_ref is not None and status.stable_revision:
+        await _orphan_revision(deps.kube, namespace, name, status.stable_revision)
+
+
+async def _orphan_revision(kube: Kube, namespace: str, rollout: str, revision: str) -> None:
+    """Drop the owner reference of the stable's Deployment and Service: the user's route still
+    points at them, so garbage collection must not take them."""
+    from .core.revision import revision_name
+    from .kube import ns_path
+
+    obj = revision_name(rollout, revision)
+    for path in (ns_path("apps", "v1", namespace, "deployments", obj),
+                 ns_path("", "v1", namespace, "services", obj)):
+        try:
+            await kube.merge_patch(path, {"metadata": {"ownerReferences": None,
+                                                       "labels": {LABEL_REVISION: revision}}})
+        except KubeError as e:
+            if e.status != 404:
+                raise kopf.TemporaryError(f"orphaning {path}: {e}", delay=2) from e

@@ -1,0 +1,205 @@
+"""One reconcile of one rollout: read the world, call the pure core, apply its actions, write
+the status.
+
+This is the only place where observations are gathered and actions are carried out; it makes no
+decisions of its own.  It knows nothing of kopf either (handlers.py drives it), so the benchmark
+and the tests can call it directly against a real API server.
+
+Order matters for safety: actions are applied in the order the core returned them (a weight change
+comes before any scale-down), and the status is written last, guarded by resourceVersion.  If the
+process dies between the two, the next reconcile starts from the old status, sees the world as the
+actions left it, and repeats only idempotent writes.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import ValidationError
+
+from . import opmetrics
+from .api import GROUP, PLURAL, VERSION
+from .api.duration import parse_duration
+from .api.spec import InferenceRolloutSpec, PodTemplate
+from .api.status import InferenceRolloutStatus
+from .core import validation
+from .core.analysis import effective_metrics
+from .core.decide import IDLE_SECONDS, analysis_due, decide
+from .core.revision import template_hash
+from .core.types import (
+    Action,
+    Decision,
+    DeleteRevision,
+    EnsureRevision,
+    Measurement,
+    MeasurementError,
+    Observation,
+    RecordEvent,
+    SetWeights,
+)
+from .kube import Kube, KubeError, ns_path
+from .metrics.analysis import measure
+from .metrics.source import MetricSource, PrometheusSource
+from .traffic.gateway import HTTPRouteRouter
+from .traffic.router import RouteError
+from .workloads.revisions import RevisionError, Revisions
+
+log = logging.getLogger("inference_rollout")
+
+EventSink = Callable[[dict[str, Any], RecordEvent], Awaitable[None]]
+SecretReader = Callable[[str, str, str], Awaitable[str]]
+
+
+@dataclass
+class Deps:
+    """What a reconcile needs from outside: the API, Prometheus, events, a clock."""
+
+    kube: Kube
+    post_event: EventSink
+    now: Callable[[], datetime] = lambda: datetime.now(UTC)
+    sources: dict[tuple[str, float, str | None], MetricSource] = field(default_factory=dict)
+
+    async def source_for(self, spec: InferenceRolloutSpec, namespace: str) -> MetricSource:
+        prom = spec.analysis.prometheus
+        assert prom is not None
+        token = None
+        if prom.bearer_token_secret_ref is not None:
+            ref = prom.bearer_token_secret_ref
+            secret = await self.kube.get(ns_path("", "v1", namespace, "secrets", ref.name))
+            import base64
+
+            token = base64.b64decode(secret.get("data", {}).get(ref.key, "")).decode().strip()
+        key = (prom.address, parse_duration(prom.timeout), token)
+        if key not in self.sources:
+            self.sources[key] = PrometheusSource.from_spec(prom, bearer_token=token)
+        return self.sources[key]
+
+
+def rollout_path(namespace: str, name: str) -> str:
+    return ns_path(GROUP, VERSION, namespace, PLURAL, name)
+
+
+async def reconcile(deps: Deps, body: dict[str, Any]) -> float:
+    """Reconcile one rollout once; return seconds until it should be looked at again."""
+    meta = body["metadata"]
+    ns, name, uid = meta["namespace"], meta["name"], meta["uid"]
+    generation = int(meta.get("generation", 0))
+    status = InferenceRolloutStatus.parse(body.get("status"))
+    deleting = bool(meta.get("deletionTimestamp"))
+    try:
+        spec = InferenceRolloutSpec.parse(body["spec"])
+    except ValidationError as e:
+        problems = validation.describe_validation_error(e)
+        new = validation.unparseable_status(status, problems, generation, deps.now())
+        await write_status(deps, body, status, new)
+        return IDLE_SECONDS
+    invalid = validation.problems(spec, name)
+    revisions = Revisions(deps.kube, ns, name, uid)
+    router = HTTPRouteRouter(deps.kube, ns, name, uid, spec.traffic.gateway_api,
+                             spec.template.serving_port())
+    now = deps.now()
+    world_revisions = await revisions.observe()
+    route = await router.get_weights()
+    measurements = None
+    if analysis_due(spec, status, now) and not deleting:
+        measurements = await _measure(deps, spec, status, ns, name)
+        now = deps.now()
+    world = Observation(
+        generation=generation,
+        template_hash=template_hash(body["spec"]["template"]),
+        revisions=world_revisions,
+        route=route,
+        measurements=measurements,
+        invalid=tuple(invalid),
+        deleting=deleting,
+    )
+    decision = decide(spec, status, world, now)
+    decided_at = time.monotonic()
+    await apply_actions(deps, body, decision, revisions, router, spec.template,
+                        world.template_hash)
+    await write_status(deps, body, status, decision.status)
+    if any(isinstance(a, SetWeights) for a in decision.actions):
+        opmetrics.REGISTRY.observe("inference_rollout_decision_to_write_seconds",
+                                   time.monotonic() - decided_at)
+    _export(ns, name, decision, measurements)
+    return decision.requeue_after or IDLE_SECONDS
+
+
+async def _measure(deps: Deps, spec: InferenceRolloutSpec, status: InferenceRolloutStatus,
+                   ns: str, name: str) -> dict[str, Measurement]:
+    assert status.canary_revision is not None and spec.analysis.prometheus is not None
+    metrics = effective_metrics(spec.analysis)
+    try:
+        source = await deps.source_for(spec, ns)
+    except KubeError as e:
+        return {m.name: Measurement(None, error=MeasurementError.UNREACHABLE,
+                                    detail=f"Prometheus token: {e.message}") for m in metrics}
+    return await measure(
+        source, ns, name, status.canary_revision, status.stable_revision, metrics,
+        parse_duration(spec.analysis.interval), spec.analysis.min_samples,
+        scrape_interval_s=parse_duration(spec.analysis.prometheus.scrape_interval))
+
+
+async def apply_actions(deps: Deps, body: dict[str, Any], decision: Decision,
+                        revisions: Revisions, router: HTTPRouteRouter,
+                        template: PodTemplate, template_revision: str) -> None:
+    """Carry out the core's actions in order.  A failed write stops the rest: later actions may
+    rely on it (no scale-down before traffic has moved), and the next reconcile retries."""
+    action: Action
+    for action in decision.actions:
+        if isinstance(action, SetWeights):
+            await router.set_weights(action.stable_revision, action.canary_revision,
+                                     action.canary_weight)
+        elif isinstance(action, EnsureRevision):
+            await revisions.ensure(action.revision, action.replicas, template, template_revision)
+        elif isinstance(action, DeleteRevision):
+            await revisions.delete(action.revision)
+        elif isinstance(action, RecordEvent):
+            await deps.post_event(body, action)
+
+
+async def write_status(deps: Deps, body: dict[str, Any], old: InferenceRolloutStatus,
+                       new: InferenceRolloutStatus) -> None:
+    """Patch the status subresource if anything changed, guarded by resourceVersion so a steering
+    request written meanwhile by the CLI is never overwritten (the next reconcile sees it)."""
+    old_body, new_body = old.to_body(), new.to_body()
+    if old_body == new_body:
+        return
+    meta = body["metadata"]
+    patch = {"metadata": {"resourceVersion": meta["resourceVersion"]}, "status": new_body}
+    path = rollout_path(meta["namespace"], meta["name"]) + "/status"
+    try:
+        updated = await deps.kube.merge_patch(path, patch)
+    except KubeError as e:
+        if e.status in (404, 409):
+            return  # deleted, or changed meanwhile: the next reconcile reads it afresh
+        raise
+    meta["resourceVersion"] = updated["metadata"]["resourceVersion"]
+    body["status"] = updated.get("status", new_body)
+
+
+def _export(ns: str, name: str, decision: Decision,
+            measurements: dict[str, Measurement] | None) -> None:
+    reg, st = opmetrics.REGISTRY, decision.status
+    reg.forget(namespace=ns, name=name)
+    reg.set("inference_rollout_info", 1, namespace=ns, name=name, phase=st.phase or "Unknown")
+    reg.set("inference_rollout_step", -1 if st.current_step is None else st.current_step + 1,
+            namespace=ns, name=name)
+    reg.set("inference_rollout_canary_weight", st.canary_weight, namespace=ns, name=name)
+    if measurements:
+        for metric, result in st.analysis.items():
+            if metric in measurements and result.verdict:
+                reg.inc("inference_rollout_analysis_verdicts_total", namespace=ns, name=name,
+                        metric=metric, verdict=result.verdict)
+    for a in decision.actions:
+        if isinstance(a, RecordEvent) and a.type == "Warning" and st.aborted \
+                and a.reason == st.abort_reason:
+            reg.inc("inference_rollout_rollbacks_total", namespace=ns, name=name, reason=a.reason)
+
+
+__all__ = ["Deps", "RevisionError", "RouteError", "reconcile"]
