@@ -1,0 +1,43 @@
+"""The human view of one rollout, shared by ``get`` and ``watch``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def _bar(weight: int, width: int = 20) -> str:
+    filled = round(width * weight / 100)
+    return "[" + "#" * filled + "." * (width - filled) + f"] {weight:3d}%"
+
+
+def render_rollout(body: dict[str, Any]) -> str:
+    meta, spec, st = body["metadata"], body.get("spec", {}), body.get("status") or {}
+    steps = (spec.get("strategy") or {}).get("steps") or [
+        {"weight": 5}, {"weight": 20}, {"weight": 50}, {"weight": 100}]
+    step = st.get("currentStep")
+    weight = int(st.get("canaryWeight") or 0)
+    lines = [
+        f"Name:      {meta['namespace']}/{meta['name']}",
+        f"Phase:     {st.get('phase', 'Unknown')}",
+        f"Message:   {st.get('message', '')}",
+        f"Stable:    {st.get('stableRevision') or '-'}   {_bar(100 - weight)}",
+        f"Canary:    {st.get('canaryRevision') or '-'}   {_bar(weight)}",
+        "Steps:     " + "  ".join(
+            ("▶" if i == step else "✓" if step is not None and i < step else " ")
+            + f"{s['weight']}%" for i, s in enumerate(steps)),
+    ]
+    analysis = st.get("analysis") or {}
+    if analysis:
+        lines.append("Analysis:")
+        lines.append(f"  {'METRIC':<22} {'VALUE':>10} {'STABLE':>10}  {'VERDICT':<12} THRESHOLD")
+        for name, r in sorted(analysis.items()):
+            value = "-" if r.get("value") is None else f"{r['value']:.4g}"
+            stable = "-" if r.get("stableValue") is None else f"{r['stableValue']:.4g}"
+            verdict = r.get("verdict") or "-"
+            lines.append(f"  {name:<22} {value:>10} {stable:>10}  {verdict:<12} "
+                         f"{r.get('threshold', '')}")
+    for c in st.get("conditions") or []:
+        if (c.get("status") == "True" and c["type"] in ("Aborted", "Paused")) or (
+                c["type"] == "Valid" and c.get("status") == "False"):
+            lines.append(f"{c['type']}: {c.get('reason')}: {c.get('message')}")
+    return "\n".join(lines)
