@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# The README's test command (`make test`) runs this: static checks, the unit tier, then the
+# integration and sandbox tiers on a local cluster built from real parts.  It installs what it
+# needs (Python venv, Debian packages, the Go-built binaries cached outside the repo), starts the
+# sandbox if it is not running, and stops it again afterwards if it started it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export GOTOOLCHAIN=local
+PY=.venv/bin/python
+
+step() { printf '\n=== %s (%ds)\n' "$1" "$SECONDS"; }
+
+step "python environment"
+make -s venv
+
+step "static checks: ruff, mypy (strict on core/api/budget), layering contracts"
+.venv/bin/ruff check operator tests sandbox
+.venv/bin/mypy
+.venv/bin/lint-imports
+
+step "unit tests"
+$PY -m pytest tests/unit -q -p no:cacheprovider
+
+step "sandbox: build (cached) and start"
+started_here=0
+if ! bash sandbox/up.sh --check >/dev/null 2>&1; then
+  bash sandbox/build.sh
+  bash sandbox/up.sh
+  started_here=1
+fi
+cleanup() { if [ "$started_here" = 1 ] && [ -z "${KEEP_SANDBOX:-}" ]; then bash sandbox/down.sh || true; fi; }
+trap cleanup EXIT
+
+step "integration, sandbox and end-to-end tests"
+$PY -m pytest tests -q -p no:cacheprovider --ignore=tests/unit "$@"
+step "done"
