@@ -1,0 +1,126 @@
+"""PrometheusSource error mapping for answers a real Prometheus does not give.
+
+A hung server, an ingress's HTML error page, an auth proxy's 401, Prometheus' own 503 timeout
+and the bearer token header need a stub; everything a real Prometheus can produce (values, NaN,
+empty vectors, parse errors, many series, refused connections) is proven against one in
+tests/integration/test_prometheus_templates.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs
+
+import pytest
+
+from inference_rollout.core.types import MeasurementError
+from inference_rollout.metrics.source import (
+    BadQuery,
+    MetricQueryError,
+    NoData,
+    PrometheusSource,
+    Unreachable,
+)
+
+VECTOR = {"status": "success",
+          "data": {"resultType": "vector", "result": [{"metric": {}, "value": [1, "0.25"]}]}}
+CASES: dict[str, tuple[int, str, Any]] = {
+    "ok": (200, "application/json", VECTOR),
+    "html503": (503, "text/html", "<html><body>503 Service Temporarily Unavailable</body></html>"),
+    "auth401": (401, "text/plain", "Unauthorized"),
+    "prom-timeout": (503, "application/json",
+                     {"status": "error", "errorType": "timeout", "error": "query timed out"}),
+    "ok-not-json": (200, "text/html", "<html>Grafana</html>"),
+    "string": (200, "application/json",
+               {"status": "success", "data": {"resultType": "string", "result": [1, "x"]}}),
+}
+
+
+@pytest.fixture(scope="module")
+def stub() -> Iterator[tuple[str, list[dict[str, Any]]]]:
+    seen: list[dict[str, Any]] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            case = self.path.strip("/").split("/")[0]
+            form = parse_qs(self.rfile.read(int(self.headers["Content-Length"])).decode())
+            seen.append({"case": case, "path": self.path, "form": form,
+                         "auth": self.headers.get("Authorization")})
+            if case == "hang":
+                time.sleep(2)
+                return
+            status, ctype, body = CASES[case]
+            data = (json.dumps(body) if not isinstance(body, str) else body).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}", seen
+    server.shutdown()
+    server.server_close()
+
+
+def query(base: str, case: str, **kw: Any) -> float:
+    async def go() -> float:
+        async with PrometheusSource(f"{base}/{case}/", **kw) as source:
+            return await source.query("up", at=1700000000.5)
+
+    return asyncio.run(go())
+
+
+@pytest.mark.parametrize(
+    ("case", "error", "message"),
+    [
+        ("html503", Unreachable, "not a Prometheus API response"),
+        ("auth401", Unreachable, "HTTP 401"),
+        ("prom-timeout", Unreachable, "query timed out"),
+        ("ok-not-json", Unreachable, "not a Prometheus API response"),
+        ("string", BadQuery, "returned a string"),
+    ],
+)
+def test_error_mapping(stub: tuple[str, list[Any]], case: str, error: type[MetricQueryError],
+                       message: str) -> None:
+    with pytest.raises(error, match=message):
+        query(stub[0], case)
+
+
+def test_a_hung_prometheus_times_out_as_unreachable(stub: tuple[str, list[Any]]) -> None:
+    start = time.monotonic()
+    with pytest.raises(Unreachable, match=r"within 0\.3s"):
+        query(stub[0], "hang", timeout_s=0.3)
+    assert time.monotonic() - start < 1.5
+
+
+def test_request_carries_query_time_timeout_and_bearer_token(
+    stub: tuple[str, list[dict[str, Any]]]
+) -> None:
+    assert query(stub[0], "ok", bearer_token="s3cr3t", timeout_s=4) == 0.25
+    req = stub[1][-1]
+    assert req["path"] == "/ok/api/v1/query"  # address path prefix kept, trailing '/' ignored
+    assert req["form"] == {"query": ["up"], "time": ["1700000000.500"], "timeout": ["4s"]}
+    assert req["auth"] == "Bearer s3cr3t"
+
+
+def test_no_token_no_authorization_header(stub: tuple[str, list[dict[str, Any]]]) -> None:
+    query(stub[0], "ok")
+    assert stub[1][-1]["auth"] is None
+
+
+def test_error_kinds_are_the_measurement_errors() -> None:
+    assert NoData("x").kind is MeasurementError.NO_DATA
+    assert Unreachable("x").kind is MeasurementError.UNREACHABLE
+    assert BadQuery("x").kind is MeasurementError.BAD_QUERY
