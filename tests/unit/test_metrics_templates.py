@@ -87,3 +87,13 @@ def test_custom_query_guard_only_with_explicit_min_samples() -> None:
     assert guarded.samples == (
         f"sum(increase(vllm:e2e_request_latency_seconds_count{{{SEL}}}[60s]))"
     )
+
+
+def test_docs_show_every_template_query_as_sent() -> None:
+    from pathlib import Path
+
+    doc = re.sub(r"\s+", "", (Path(__file__).parents[2] / "docs" / "metrics.md").read_text())
+    for name, t in TEMPLATES.items():
+        assert re.sub(r"\s+", "", t.value("SEL", "W")) in doc, name
+        if t.samples:
+            assert re.sub(r"\s+", "", t.samples("SEL", "W")) in doc, f"{name} samples"
