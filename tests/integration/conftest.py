@@ -141,8 +141,8 @@ def _wait_ready(server: PrometheusServer, timeout: float = 30.0) -> bool:
 def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrometheusLauncher]:
     """Start real Prometheus servers: ``server = prometheus(scrape_configs)``."""
     binary = os.environ.get("PROMETHEUS_BIN") or shutil.which("prometheus")
-    if not binary:
-        pytest.fail(INSTALL_HINT, pytrace=False)
+    if not binary or not os.access(binary, os.X_OK):
+        pytest.fail(f"{INSTALL_HINT} (looked for {binary or 'prometheus on PATH'})", pytrace=False)
     launcher = PrometheusLauncher(binary, tmp_path_factory.mktemp("prometheus"))
     try:
         yield launcher
