@@ -1,0 +1,228 @@
+"""What the lints need to know about a release, read from an InferenceRollout manifest.
+
+Reading is lenient (a plain dict, as ``kubectl`` or the API server gives it): schema validation is
+the API models' job, and the lints must still say something useful about a manifest the schema
+rejects.  Only what the lints cannot do without raises :class:`ManifestError`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from inference_rollout.api import API_VERSION, KIND
+from inference_rollout.api.spec import SERVING_CONTAINER
+
+from .gpu import GPU_PRODUCT_LABELS, UnknownGpuError, gpu_from_label
+from .presets import ModelArchitecture, UnknownPresetError, get_preset
+
+
+class ManifestError(ValueError):
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+@dataclass(frozen=True)
+class MetricFact:
+    name: str
+    template: str | None  # a built-in template name, e.g. ttft-p99
+    query: str | None  # a user's PromQL (a business metric, typically)
+
+
+@dataclass(frozen=True)
+class ReleaseFacts:
+    container_args: tuple[str, ...]  # the vLLM container's command + args
+    container_path: str = "spec.template.spec.containers[0]"
+    profile: str = "latency"  # the API's default
+    model: ModelArchitecture | None = None  # from spec.model; None: not given
+    gpu_memory_gib: float | None = None  # spec.model.gpuMemoryGiB, else from the GPU label
+    gpu_product: str | None = None  # the GPU product label the pods are pinned to, if any
+    stable_container_args: tuple[str, ...] | None = None  # None: the stable release is unknown
+    metrics: tuple[MetricFact, ...] = ()
+    slo_present: bool = False
+    evaluation_present: bool = False
+    name: str | None = None
+    namespace: str | None = None
+
+
+def is_inference_rollout(document: object) -> bool:
+    return (isinstance(document, Mapping) and document.get("kind") == KIND
+            and document.get("apiVersion") == API_VERSION)
+
+
+def _mapping(value: object, field: str) -> Mapping[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ManifestError(field, f"must be an object, got {type(value).__name__}")
+    return value
+
+
+def _list(value: object, field: str) -> list[Any]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise ManifestError(field, f"must be a list, got {type(value).__name__}")
+    return value
+
+
+# --- spec.model -----------------------------------------------------------------------------------
+
+_EXPLICIT_FIELDS = {"parametersBillions": "parameters", "layers": "layers",
+                    "kvHeads": "kv_heads", "headDim": "head_dim"}
+
+
+def _positive(value: object, field: str, integer: bool) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0 \
+            or (integer and value != int(value)):
+        kind = "a positive integer" if integer else "a positive number"
+        raise ManifestError(field, f"must be {kind}, got {value!r}")
+    return float(value)
+
+
+def model_from_spec(spec_model: object) -> tuple[ModelArchitecture | None, float | None]:
+    """(architecture, GPU GiB) from ``spec.model``: a dict, or the API's pydantic ModelSpec.
+
+    A preset with explicit fields beside it takes those as overrides (e.g. ``dtype: int4`` for a
+    quantized checkpoint); without a preset, all of parametersBillions, layers, kvHeads and headDim
+    are required."""
+    if spec_model is None:
+        return None, None
+    if hasattr(spec_model, "model_dump"):
+        spec_model = spec_model.model_dump(by_alias=True, exclude_none=True)
+    fields = _mapping(spec_model, "spec.model")
+    gpu_gib = fields.get("gpuMemoryGiB")
+    gpu_memory = _positive(gpu_gib, "spec.model.gpuMemoryGiB", False) if gpu_gib is not None \
+        else None
+
+    explicit: dict[str, Any] = {}
+    for key, attribute in _EXPLICIT_FIELDS.items():
+        if fields.get(key) is not None:
+            value = _positive(fields[key], f"spec.model.{key}", key != "parametersBillions")
+            explicit[attribute] = round(value * 1e9) if key == "parametersBillions" else int(value)
+    if fields.get("dtype") is not None:
+        explicit["dtype"] = str(fields["dtype"]).lower()
+
+    preset_name = fields.get("preset")
+    if preset_name is not None:
+        try:
+            preset = get_preset(str(preset_name))
+        except UnknownPresetError as e:
+            raise ManifestError("spec.model.preset", str(e)) from None
+        try:
+            return preset.with_overrides(**explicit), gpu_memory
+        except ValueError as e:
+            raise ManifestError("spec.model", str(e)) from None
+    missing = [key for key, attribute in _EXPLICIT_FIELDS.items() if attribute not in explicit]
+    if len(missing) == len(_EXPLICIT_FIELDS) and "dtype" not in explicit:
+        return None, gpu_memory
+    if missing:
+        raise ManifestError(
+            "spec.model", f"set a preset or all of {', '.join(_EXPLICIT_FIELDS)} "
+            f"(missing {', '.join(missing)})")
+    try:
+        return ModelArchitecture(name="custom", **explicit), gpu_memory
+    except ValueError as e:
+        raise ManifestError("spec.model", str(e)) from None
+
+
+# --- the pod template -----------------------------------------------------------------------------
+
+
+def serving_container(pod_spec: Mapping[str, Any]) -> tuple[int, Mapping[str, Any]]:
+    """(index, container): the one named ``vllm``, else the first."""
+    containers = _list(pod_spec.get("containers"), "spec.template.spec.containers")
+    if not containers:
+        raise ManifestError("spec.template.spec.containers", "the vLLM container is missing")
+    for index, container in enumerate(containers):
+        if isinstance(container, Mapping) and container.get("name") == SERVING_CONTAINER:
+            return index, container
+    return 0, _mapping(containers[0], "spec.template.spec.containers[0]")
+
+
+def container_argv(container: Mapping[str, Any]) -> tuple[str, ...]:
+    """command + args as strings (YAML turns ``32`` into an int and ``true`` into a bool)."""
+    words = [*(container.get("command") or []), *(container.get("args") or [])]
+    return tuple(str(w).lower() if isinstance(w, bool) else str(w) for w in words)
+
+
+def _gpu_labels(pod_spec: Mapping[str, Any]) -> list[str]:
+    """GPU product label values the pods are pinned to (nodeSelector or required affinity)."""
+    selector = _mapping(pod_spec.get("nodeSelector"), "spec.template.spec.nodeSelector")
+    labels = [str(selector[key]) for key in GPU_PRODUCT_LABELS if key in selector]
+    affinity = _mapping(pod_spec.get("affinity"), "spec.template.spec.affinity")
+    required = _mapping(_mapping(affinity.get("nodeAffinity"), "nodeAffinity")
+                        .get("requiredDuringSchedulingIgnoredDuringExecution"), "nodeAffinity")
+    for term in _list(required.get("nodeSelectorTerms"), "nodeSelectorTerms"):
+        for expression in _list(_mapping(term, "nodeSelectorTerms").get("matchExpressions"),
+                                "matchExpressions"):
+            if isinstance(expression, Mapping) and expression.get("key") in GPU_PRODUCT_LABELS \
+                    and expression.get("operator") == "In":
+                labels += [str(v) for v in expression.get("values") or []]
+    return labels
+
+
+def _smallest_gpu(labels: list[str]) -> tuple[float | None, str | None]:
+    """The GPU with the least memory among those the pods may land on (the budget must hold on
+    each), or (None, first label) when none is known."""
+    known = []
+    for label in labels:
+        try:
+            known.append(gpu_from_label(label))
+        except UnknownGpuError:
+            continue
+    if not known:
+        return None, (labels[0] if labels else None)
+    smallest = min(known, key=lambda g: g.memory_gib)
+    return smallest.memory_gib, smallest.product
+
+
+# --- the whole manifest ---------------------------------------------------------------------------
+
+
+def _metrics(analysis: Mapping[str, Any]) -> tuple[MetricFact, ...]:
+    facts = []
+    for i, metric in enumerate(_list(analysis.get("metrics"), "spec.analysis.metrics")):
+        entry = _mapping(metric, f"spec.analysis.metrics[{i}]")
+        template, query = entry.get("template"), entry.get("query")
+        facts.append(MetricFact(
+            name=str(entry.get("name", f"metrics[{i}]")),
+            template=str(template) if template is not None else None,
+            query=str(query) if query is not None else None,
+        ))
+    return tuple(facts)
+
+
+def facts_from_manifest(
+    manifest: Mapping[str, Any], stable_container_args: tuple[str, ...] | None = None
+) -> ReleaseFacts:
+    """The lint inputs of an InferenceRollout manifest (``stable_container_args``: the vLLM
+    command line of the revision serving now, when known, for the quantization gate)."""
+    spec = _mapping(manifest.get("spec"), "spec")
+    if not spec:
+        raise ManifestError("spec", "an InferenceRollout needs a spec")
+    template = _mapping(spec.get("template"), "spec.template")
+    pod_spec = _mapping(template.get("spec"), "spec.template.spec")
+    index, container = serving_container(pod_spec)
+    model, explicit_gpu = model_from_spec(spec.get("model"))
+    label_gpu, product = _smallest_gpu(_gpu_labels(pod_spec))
+    analysis = _mapping(spec.get("analysis"), "spec.analysis")
+    slo = _mapping(analysis.get("slo"), "spec.analysis.slo")
+    metadata = _mapping(manifest.get("metadata"), "metadata")
+    return ReleaseFacts(
+        container_args=container_argv(container),
+        container_path=f"spec.template.spec.containers[{index}]",
+        profile=str(spec.get("profile") or "latency"),
+        model=model,
+        gpu_memory_gib=explicit_gpu if explicit_gpu is not None else label_gpu,
+        gpu_product=product,
+        stable_container_args=stable_container_args,
+        metrics=_metrics(analysis),
+        slo_present=any(slo.get(k) for k in ("ttftP99", "itlP99", "e2eP99")),
+        evaluation_present=bool(spec.get("evaluation")),
+        name=str(metadata["name"]) if metadata.get("name") else None,
+        namespace=str(metadata["namespace"]) if metadata.get("namespace") else None,
+    )
