@@ -1,0 +1,137 @@
+"""Table tests of the capacity arithmetic: pods per weight, servable share, surge and swap."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from tests.unit.coresim import manifest_spec
+
+from inference_rollout.api.spec import InferenceRolloutSpec, Step
+from inference_rollout.core import capacity as cap
+
+
+def spec(replicas: int = 4, mode: str = "surge", max_surge: int = 1) -> InferenceRolloutSpec:
+    return InferenceRolloutSpec.parse(manifest_spec(
+        replicas=replicas, capacity={"mode": mode, "maxSurge": max_surge}))
+
+
+@pytest.mark.parametrize(
+    ("replicas", "weight", "pods"),
+    [
+        (4, 5, 1), (4, 20, 1), (4, 25, 1), (4, 26, 2), (4, 50, 2), (4, 51, 3), (4, 100, 4),
+        (1, 1, 1), (1, 100, 1), (3, 33, 1), (3, 34, 2), (8, 13, 2), (8, 12, 1), (7, 100, 7),
+    ],
+)
+def test_pods_for_weight(replicas: int, weight: int, pods: int) -> None:
+    assert cap.pods_for_weight(replicas, weight) == pods
+
+
+@pytest.mark.parametrize(
+    ("replicas", "ready", "share"),
+    [(4, 0, 0), (4, 1, 25), (4, 2, 50), (4, 3, 75), (4, 4, 100), (4, 6, 100), (3, 1, 33),
+     (3, 2, 66), (1, 1, 100), (8, 1, 12)],
+)
+def test_servable_share(replicas: int, ready: int, share: int) -> None:
+    assert cap.servable_share(spec(replicas), Step(weight=5), ready) == share
+
+
+@pytest.mark.parametrize("replicas", range(1, 9))
+def test_ready_enough_is_exactly_a_servable_share(replicas: int) -> None:
+    """The pod count a weight asks for is the least that can serve it: never route to what cannot
+    serve, and never wait for more pods than the share needs."""
+    s = spec(replicas)
+    for weight in range(1, 101):
+        step = Step(weight=weight)
+        need = cap.canary_target(s, step)
+        assert cap.ready_enough(s, step, need)
+        assert cap.servable_share(s, step, need) >= weight
+        assert not cap.ready_enough(s, step, need - 1)
+        assert cap.servable_share(s, step, need - 1) < weight
+
+
+@pytest.mark.parametrize(
+    ("step", "ready", "target", "enough", "share"),
+    [
+        # overdrive: the user chose the pod count apart from the weight
+        ({"weight": 50, "replicas": 1}, 0, 1, False, 0),
+        ({"weight": 50, "replicas": 1}, 1, 1, True, 100),
+        ({"weight": 5, "replicas": 3}, 2, 3, False, 0),
+        ({"weight": 5, "replicas": 3}, 3, 3, True, 100),
+        # no override: the weight decides
+        ({"weight": 50}, 1, 2, False, 25),
+        ({"weight": 50}, 2, 2, True, 50),
+    ],
+)
+def test_overdrive_step_replicas(step: dict[str, Any], ready: int, target: int, enough: bool,
+                                 share: int) -> None:
+    s, st = spec(4), Step.model_validate(step)
+    assert cap.canary_target(s, st) == target
+    assert cap.ready_enough(s, st, ready) is enough
+    assert cap.servable_share(s, st, ready) == share
+
+
+@pytest.mark.parametrize(
+    ("replicas", "weight", "ready", "stable_now", "stable", "canary"),
+    [
+        (4, 5, 0, 4, 4, 1),
+        (4, 50, 1, 4, 4, 2),
+        (4, 100, 4, 4, 4, 4),
+        (1, 100, 0, 1, 1, 1),
+    ],
+)
+def test_surge_keeps_stable_and_adds_canary(replicas: int, weight: int, ready: int,
+                                            stable_now: int, stable: int, canary: int) -> None:
+    got = cap.release_pod_counts(spec(replicas, "surge"), Step(weight=weight), ready, stable_now)
+    assert got == cap.PodCounts(stable=stable, canary=canary)
+
+
+@pytest.mark.parametrize(
+    ("max_surge", "weight", "ready", "stable_now", "stable", "canary"),
+    [
+        # step 1 (5%, one pod): the canary starts in the surge slot, stable keeps all its pods
+        (1, 5, 0, 4, 4, 1),
+        # the canary pod is Ready: stable gives one pod back
+        (1, 5, 1, 4, 3, 1),
+        (1, 5, 1, 3, 3, 1),
+        # step 3 (50%, two pods): the canary grows into the room stable already gave back
+        (1, 50, 1, 3, 3, 2),
+        (1, 50, 2, 3, 2, 2),
+        (1, 50, 2, 2, 2, 2),
+        # step 4 (100%): stable shrinks pod by pod as canary pods become Ready
+        (1, 100, 2, 2, 2, 3),
+        (1, 100, 3, 2, 1, 3),
+        (1, 100, 3, 1, 1, 4),
+        (1, 100, 4, 1, 0, 4),
+        # a larger surge lets more canary pods start before stable shrinks
+        (2, 50, 0, 4, 4, 2),
+        (2, 100, 0, 4, 4, 2),
+        (2, 100, 2, 4, 2, 2),
+        (2, 100, 2, 2, 2, 4),
+        # stable is still at its old, larger size: the canary may use only the room left
+        (1, 100, 4, 4, 0, 1),
+    ],
+)
+def test_swap_stays_within_quota(max_surge: int, weight: int, ready: int, stable_now: int,
+                                 stable: int, canary: int) -> None:
+    s = spec(4, "swap", max_surge)
+    got = cap.release_pod_counts(s, Step(weight=weight), ready, stable_now)
+    assert got == cap.PodCounts(stable=stable, canary=canary)
+    # applied in order (stable first): neither the intermediate nor the final fleet is over quota
+    assert max(stable_now, stable) + canary <= 4 + max_surge or canary == 0
+
+
+@pytest.mark.parametrize("replicas", range(1, 9))
+@pytest.mark.parametrize("max_surge", [1, 2])
+def test_swap_exhaustive_quota_and_no_lost_capacity(replicas: int, max_surge: int) -> None:
+    s = spec(replicas, "swap", max_surge)
+    for weight in (1, 5, 20, 33, 50, 99, 100):
+        step = Step(weight=weight)
+        for ready in range(0, replicas + 2):
+            for stable_now in range(0, replicas + 1):
+                got = cap.release_pod_counts(s, step, ready, stable_now)
+                assert max(got.stable, min(stable_now, replicas)) + got.canary \
+                    <= replicas + max_surge
+                # stable only ever gives back pods that Ready canary pods replace
+                assert got.stable >= replicas - ready
+                assert got.canary <= cap.canary_target(s, step)
