@@ -84,8 +84,10 @@ def analysis_due(spec: InferenceRolloutSpec, status: InferenceRolloutStatus, now
         return False
     last = from_iso(status.last_analysis_at)
     started = from_iso(status.step_started_at)
-    if last is None or started is None or last < started:
+    if last is None:
         return True
+    if started is not None and last <= started:
+        return True  # a measurement at the instant the weight changed saw the previous weight
     if (now - last).total_seconds() >= parse_duration(spec.analysis.interval):
         return True
     hold_end = _hold_end(spec, status)
@@ -186,7 +188,9 @@ def _release(run: _Run) -> None:
         _abort(run, r.ABORT_REQUESTED, r.ABORT_REQUESTED_MSG)
         return
     _steer_pause(run)
-    if run.world.measurements is not None and _analyse(run):
+    # Measurements are of the traffic the canary carried; a release (re)started in this call
+    # carries none, and what was measured belonged to the canary it replaced.
+    if run.world.measurements is not None and st.canary_weight > 0 and _analyse(run):
         return
     _progress(run)
 
@@ -347,6 +351,11 @@ def _capacity_and_weight(run: _Run, step: Step) -> bool:
         return False
     if st.paused_reason:
         return False
+    if _latest_failed(run):
+        # A failure within failureLimit is tolerated, not trusted: no more traffic until a
+        # measurement passes again.
+        _wake_for_analysis(run)
+        return False
     st.canary_weight = step.weight
     st.step_started_at = to_iso(run.now)
     steps = len(spec.strategy.steps)
@@ -355,6 +364,11 @@ def _capacity_and_weight(run: _Run, step: Step) -> bool:
         weight=step.weight, canary=st.canary_revision))
     run.wake_in(0 if an.effective_metrics(spec.analysis) else _hold_seconds(step))
     return False
+
+
+def _latest_failed(run: _Run) -> bool:
+    names = {m.name for m in an.effective_metrics(run.spec.analysis)}
+    return any(res.verdict == "Fail" for n, res in run.status.analysis.items() if n in names)
 
 
 def _step_done(run: _Run, step: Step) -> bool:
@@ -366,7 +380,8 @@ def _step_done(run: _Run, step: Step) -> bool:
     if st.paused_reason:
         return False
     hold_end = _hold_end(spec, st)
-    assert hold_end is not None
+    started = from_iso(st.step_started_at)
+    assert hold_end is not None and started is not None
     if run.now < hold_end:
         run.wake_in((hold_end - run.now).total_seconds())
         _wake_for_analysis(run)
@@ -374,7 +389,10 @@ def _step_done(run: _Run, step: Step) -> bool:
     for metric in an.effective_metrics(spec.analysis):
         result = st.analysis.get(metric.name)
         measured = from_iso(result.measured_at) if result else None
-        if result is None or result.verdict != "Pass" or measured is None or measured < hold_end:
+        # Taken after the weight was set (one taken at that instant saw the previous weight) and
+        # at or after the hold's end, so it covers the whole hold at this step's weight.
+        if (result is None or result.verdict != "Pass" or measured is None
+                or measured < hold_end or measured <= started):
             _wake_for_analysis(run)
             return False
     if step.manual:
