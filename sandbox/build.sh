@@ -1,0 +1,233 @@
+#!/usr/bin/env bash
+# Build (or reuse) every binary and manifest the sandbox needs, into a cache outside the repo:
+#   $IR_CACHE/bin/<name>-<version>       Go binaries (CGO_ENABLED=0, -trimpath)
+#   $IR_CACHE/crds/<name>-<version>/     Gateway API standard CRDs, InferencePool CRD
+#   $IR_CACHE/src/<name>-<version>/      generated wrapper Go modules (not the repo)
+# Idempotent: whatever is already in the cache is skipped. Versions: sandbox/versions.env.
+# Usage: sandbox/build.sh [step...]   steps: apt crds kwok sim helm etcd kubernetes (default: all)
+set -euo pipefail
+
+# shellcheck source=sandbox/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+GO_BUILD_FLAGS=(-trimpath -p "${IR_GO_PARALLEL:-$(nproc)}")
+export CGO_ENABLED=0
+
+mkdir -p "${IR_BIN}" "${IR_CACHE}/src" "${IR_CACHE}/crds"
+
+have_all() {
+  local f
+  for f in "$@"; do [[ -x "${f}" ]] || return 1; done
+}
+
+# go_info MODULE VERSION: `go mod download -json` of one module version (Dir, Origin.Hash, Time).
+go_info() {
+  (cd "${IR_CACHE}/src" && go mod download -json "$1@$2")
+}
+
+# --- Debian packages: prometheus, nginx -------------------------------------------------------
+step_apt() {
+  local missing=()
+  command -v prometheus >/dev/null || missing+=(prometheus)
+  command -v nginx >/dev/null || missing+=(nginx-light)
+  if ((${#missing[@]} == 0)); then
+    log apt "prometheus and nginx present"
+    return
+  fi
+  [[ "$(id -u)" == 0 ]] || die "need root to apt-get install ${missing[*]} (or install them yourself)"
+  log apt "installing ${missing[*]}"
+  # No daemon may start from the package scripts: the sandbox runs its own on loopback ports.
+  local policy=/usr/sbin/policy-rc.d created_policy=0
+  if [[ ! -e "${policy}" ]]; then
+    printf '#!/bin/sh\nexit 101\n' >"${policy}"
+    chmod +x "${policy}"
+    created_policy=1
+  fi
+  local rc=0
+  {
+    DEBIAN_FRONTEND=noninteractive apt-get update -qq &&
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  } >"${IR_CACHE}/apt.log" 2>&1 || rc=$?
+  ((created_policy)) && rm -f "${policy}"
+  ((rc == 0)) || die "apt-get failed, see ${IR_CACHE}/apt.log"
+  log apt "installed ${missing[*]} (log: ${IR_CACHE}/apt.log)"
+}
+
+# --- CRDs from module zips ----------------------------------------------------------------------
+step_crds() {
+  local gw="${IR_CACHE}/crds/gateway-api-${GATEWAY_API_VERSION}"
+  local ip="${IR_CACHE}/crds/gateway-api-inference-extension-${GATEWAY_API_INFERENCE_EXTENSION_VERSION}"
+  local dir
+  if [[ ! -s "${gw}/gateway.networking.k8s.io_httproutes.yaml" ]]; then
+    dir="$(go_info sigs.k8s.io/gateway-api "${GATEWAY_API_VERSION}" | jq -r .Dir)"
+    [[ -d "${dir}/config/crd/standard" ]] || die "no config/crd/standard in sigs.k8s.io/gateway-api@${GATEWAY_API_VERSION}"
+    mkdir -p "${gw}.tmp"
+    install -m 0644 "${dir}"/config/crd/standard/*.yaml "${gw}.tmp/"
+    rm -rf "${gw}" && mv "${gw}.tmp" "${gw}"
+  fi
+  log crds "gateway-api ${GATEWAY_API_VERSION}: $(find "${gw}" -name '*.yaml' | wc -l) standard-channel files in ${gw}"
+  if [[ ! -s "${ip}/inference.networking.k8s.io_inferencepools.yaml" ]]; then
+    dir="$(go_info sigs.k8s.io/gateway-api-inference-extension "${GATEWAY_API_INFERENCE_EXTENSION_VERSION}" | jq -r .Dir)"
+    mkdir -p "${ip}.tmp"
+    install -m 0644 "${dir}/config/crd/bases/inference.networking.k8s.io_inferencepools.yaml" "${ip}.tmp/"
+    rm -rf "${ip}" && mv "${ip}.tmp" "${ip}"
+  fi
+  log crds "InferencePool CRD ${GATEWAY_API_INFERENCE_EXTENSION_VERSION} in ${ip}"
+}
+
+# go_install_bin NAME MODULE VERSION PACKAGE [LDFLAGS]: `go install pkg@version` into the cache.
+go_install_bin() {
+  local name="$1" module="$2" version="$3" pkg="$4" ldflags="${5:-}"
+  local out
+  out="$(cached_bin "${name}" "${version}")"
+  if have_all "${out}"; then
+    log "${name}" "cached ${out}"
+    return
+  fi
+  log "${name}" "building ${module}@${version} (go install ${pkg})"
+  local gobin
+  gobin="$(mktemp -d "${IR_CACHE}/src/gobin.XXXXXX")"
+  GOBIN="${gobin}" go install "${GO_BUILD_FLAGS[@]}" -ldflags "-s -w ${ldflags}" "${pkg}@${version}"
+  mv "${gobin}/$(basename "${pkg}")" "${out}"
+  rmdir "${gobin}"
+  log "${name}" "built ${out}"
+}
+
+step_kwok() {
+  go_install_bin kwok sigs.k8s.io/kwok "${KWOK_VERSION}" sigs.k8s.io/kwok/cmd/kwok
+}
+
+step_sim() {
+  go_install_bin llm-d-inference-sim github.com/llm-d/llm-d-inference-sim "${LLM_D_INFERENCE_SIM_VERSION}" \
+    github.com/llm-d/llm-d-inference-sim/cmd/llm-d-inference-sim
+}
+
+step_helm() {
+  go_install_bin helm helm.sh/helm/v4 "${HELM_VERSION}" helm.sh/helm/v4/cmd/helm \
+    "-X helm.sh/helm/v4/internal/version.version=${HELM_VERSION} -X helm.sh/helm/v4/internal/version.gitTreeState=clean"
+}
+
+# --- etcd: wrapper module requiring go.etcd.io/etcd/server/v3 -----------------------------------
+step_etcd() {
+  local out
+  out="$(cached_bin etcd "${ETCD_VERSION}")"
+  if have_all "${out}"; then
+    log etcd "cached ${out}"
+    return
+  fi
+  local src="${IR_CACHE}/src/etcd-${ETCD_VERSION}"
+  log etcd "generating wrapper module ${src}"
+  rm -rf "${src}" && mkdir -p "${src}"
+  local info hash
+  info="$(go_info go.etcd.io/etcd/server/v3 "${ETCD_VERSION}")"
+  hash="$(jq -r '.Origin.Hash // "unknown"' <<<"${info}")"
+  (
+    cd "${src}"
+    local gover
+    gover="$(sed -n 's/^go //p' "$(jq -r .GoMod <<<"${info}")")"
+    cat >go.mod <<EOF
+module inference-rollout.local/sandbox/etcd
+
+go ${gover}
+
+require go.etcd.io/etcd/server/v3 ${ETCD_VERSION}
+EOF
+    cat >tools.go <<'EOF'
+//go:build tools
+
+package tools
+
+import _ "go.etcd.io/etcd/server/v3"
+EOF
+    log etcd "resolving modules (go mod tidy)"
+    go mod tidy
+    log etcd "compiling etcd ${ETCD_VERSION}"
+    go build "${GO_BUILD_FLAGS[@]}" -ldflags "-s -w -X go.etcd.io/etcd/api/v3/version.GitSHA=${hash:0:10}" \
+      -o "${out}.tmp" go.etcd.io/etcd/server/v3
+  )
+  mv "${out}.tmp" "${out}"
+  log etcd "built ${out}"
+}
+
+# --- Kubernetes: wrapper module requiring k8s.io/kubernetes, staging modules replaced ------------
+K8S_CMDS=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
+
+step_kubernetes() {
+  local outs=() c
+  for c in "${K8S_CMDS[@]}"; do outs+=("$(cached_bin "${c}" "${KUBERNETES_VERSION}")"); done
+  if have_all "${outs[@]}"; then
+    log kubernetes "cached ${K8S_CMDS[*]} ${KUBERNETES_VERSION}"
+    return
+  fi
+  local v="${KUBERNETES_VERSION}" sv
+  sv="$(k8s_staging_version "${v}")"
+  local src="${IR_CACHE}/src/kubernetes-${v}"
+  log kubernetes "generating wrapper module ${src}"
+  rm -rf "${src}" && mkdir -p "${src}"
+  local info gomod hash btime major minor
+  info="$(go_info k8s.io/kubernetes "${v}")"
+  gomod="$(jq -r .GoMod <<<"${info}")"
+  hash="$(jq -r '.Origin.Hash // empty' <<<"${info}")"
+  btime="$(jq -r '.Time // empty' <<<"${info}")"
+  [[ -n "${hash}" ]] || hash="$(printf '%040d' 0)"
+  [[ -n "${btime}" ]] || btime="1970-01-01T00:00:00Z"
+  btime="$(date -u -d "${btime}" +%Y-%m-%dT%H:%M:%SZ)"
+  major="${v#v}" && major="${major%%.*}"
+  minor="${v#v*.}" && minor="${minor%%.*}"
+  # The staging modules k8s.io/kubernetes replaces with ./staging/src/k8s.io/<x> (v0.0.0 in require).
+  local staging=()
+  mapfile -t staging < <(sed -nE 's#^[[:space:]]*(k8s\.io/[A-Za-z0-9._-]+)[[:space:]]+=>[[:space:]]+\./staging/.*#\1#p' "${gomod}")
+  ((${#staging[@]} > 10)) || die "could not read the staging modules from ${gomod}"
+  log kubernetes "${#staging[@]} staging modules -> ${sv}"
+  (
+    cd "${src}"
+    {
+      printf 'module inference-rollout.local/sandbox/kubernetes\n\n'
+      sed -n 's/^go .*/&/p; s/^godebug .*/&/p' "${gomod}"
+      printf '\nrequire k8s.io/kubernetes %s\n\nreplace (\n' "${v}"
+      for c in "${staging[@]}"; do printf '\t%s => %s %s\n' "${c}" "${c}" "${sv}"; done
+      printf ')\n'
+    } >go.mod
+    {
+      printf '//go:build tools\n\npackage tools\n\nimport (\n'
+      for c in "${K8S_CMDS[@]}"; do printf '\t_ "k8s.io/kubernetes/cmd/%s"\n' "${c}"; done
+      printf ')\n'
+    } >tools.go
+    log kubernetes "resolving modules (go mod tidy; first time downloads ~300 modules)"
+    go mod tidy
+    local ld="-s -w" pkg
+    for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+      ld+=" -X ${pkg}.gitVersion=${v} -X ${pkg}.gitMajor=${major} -X ${pkg}.gitMinor=${minor}"
+      ld+=" -X ${pkg}.gitCommit=${hash} -X ${pkg}.gitTreeState=clean -X ${pkg}.buildDate=${btime}"
+    done
+    local pkgs=()
+    for c in "${K8S_CMDS[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/${c}"); done
+    log kubernetes "compiling ${K8S_CMDS[*]} (one go build; cold: tens of minutes on 2 cores)"
+    rm -rf out && mkdir out
+    go build "${GO_BUILD_FLAGS[@]}" -ldflags "${ld}" -o out/ "${pkgs[@]}"
+  )
+  for c in "${K8S_CMDS[@]}"; do mv "${src}/out/${c}" "$(cached_bin "${c}" "${v}")"; done
+  rmdir "${src}/out"
+  log kubernetes "built: $("$(cached_bin kube-apiserver "${v}")" --version)"
+}
+
+main() {
+  command -v go >/dev/null || die "go is not installed (need Go >= 1.26)"
+  command -v jq >/dev/null || die "jq is not installed (apt-get install -y jq)"
+  local steps=("$@")
+  ((${#steps[@]})) || steps=(apt crds kwok sim helm etcd kubernetes)
+  log build "cache ${IR_CACHE}; $(go version)"
+  local s lock
+  for s in "${steps[@]}"; do
+    declare -F "step_${s}" >/dev/null || die "unknown step ${s} (steps: apt crds kwok sim helm etcd kubernetes)"
+    # One lock per step: two concurrent build.sh runs never build the same thing twice.
+    lock="${IR_CACHE}/.build-${s}.lock"
+    exec 9>"${lock}"
+    flock -n 9 || { log "${s}" "another build.sh holds ${lock}; waiting"; flock 9; }
+    "step_${s}"
+    exec 9>&-
+  done
+  log build "done"
+}
+
+main "$@"

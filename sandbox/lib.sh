@@ -1,0 +1,149 @@
+# shellcheck shell=bash
+# Helpers shared by sandbox/build.sh, sandbox/up.sh and sandbox/down.sh. Source it; do not run it.
+
+IR_SANDBOX_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+IR_REPO="$(cd "${IR_SANDBOX_DIR}/.." && pwd)"
+IR_CACHE="${IR_CACHE:-${HOME}/.cache/inference-rollout}"
+IR_STATE="${IR_STATE:-${IR_REPO}/.sandbox}"
+IR_BIN="${IR_CACHE}/bin"
+export IR_SANDBOX_DIR IR_REPO IR_CACHE IR_STATE IR_BIN
+export GOTOOLCHAIN=local
+
+# shellcheck source=sandbox/versions.env
+source "${IR_SANDBOX_DIR}/versions.env"
+
+# Fixed loopback ports (documented in docs/sandbox.md); each can be overridden from the environment.
+IR_HOST=127.0.0.1
+ETCD_CLIENT_PORT="${IR_ETCD_PORT:-23790}"
+ETCD_PEER_PORT="${IR_ETCD_PEER_PORT:-23800}"
+APISERVER_PORT="${IR_APISERVER_PORT:-16443}"
+CONTROLLER_MANAGER_PORT="${IR_CONTROLLER_MANAGER_PORT:-16257}"
+SCHEDULER_PORT="${IR_SCHEDULER_PORT:-16259}"
+KWOK_PORT="${IR_KWOK_PORT:-16080}"
+PROMETHEUS_PORT="${IR_PROMETHEUS_PORT:-19090}"
+GATEWAY_PORT="${IR_GATEWAY_PORT:-18080}"
+export IR_HOST ETCD_CLIENT_PORT ETCD_PEER_PORT APISERVER_PORT CONTROLLER_MANAGER_PORT \
+  SCHEDULER_PORT KWOK_PORT PROMETHEUS_PORT GATEWAY_PORT
+
+IR_T0="${IR_T0:-$(date +%s)}"
+export IR_T0
+
+# log STEP MESSAGE...: one progress line with the elapsed seconds since the script started.
+log() {
+  local step="$1"
+  shift
+  printf '[%4ds] %-18s %s\n' "$(($(date +%s) - IR_T0))" "${step}" "$*" >&2
+}
+
+die() {
+  printf 'ERROR: %s\n' "$*" >&2
+  exit 1
+}
+
+# k8s_staging_version v1.37.2 -> v0.37.2
+k8s_staging_version() {
+  printf 'v0.%s\n' "${1#v1.}"
+}
+
+# Cached binary path for a tool at a version: $IR_CACHE/bin/<name>-<version>
+cached_bin() {
+  printf '%s/%s-%s\n' "${IR_BIN}" "$1" "$2"
+}
+
+# The binaries up.sh needs, as "name version" lines.
+sandbox_binaries() {
+  local k
+  for k in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
+    printf '%s %s\n' "${k}" "${KUBERNETES_VERSION}"
+  done
+  printf '%s %s\n' etcd "${ETCD_VERSION}" kwok "${KWOK_VERSION}" \
+    llm-d-inference-sim "${LLM_D_INFERENCE_SIM_VERSION}" helm "${HELM_VERSION}"
+}
+
+# Is TCP PORT on 127.0.0.1 accepting connections?
+port_open() {
+  (exec 3<>"/dev/tcp/${IR_HOST}/$1") 2>/dev/null
+}
+
+# wait_for DESCRIPTION TIMEOUT_SECONDS LOGFILE CMD...: poll CMD every 0.2 s until it succeeds.
+wait_for() {
+  local what="$1" timeout="$2" logfile="$3"
+  shift 3
+  local deadline=$(($(date +%s) + timeout))
+  until "$@" >/dev/null 2>&1; do
+    if (($(date +%s) >= deadline)); then
+      printf 'ERROR: timed out after %ss waiting for %s.\n' "${timeout}" "${what}" >&2
+      if [[ -n "${logfile}" && -f "${logfile}" ]]; then
+        printf '  Last lines of %s:\n' "${logfile}" >&2
+        tail -n 20 "${logfile}" | sed 's/^/    /' >&2
+      fi
+      exit 1
+    fi
+    sleep 0.2
+  done
+}
+
+# --- processes ------------------------------------------------------------------------------------
+# Every process the sandbox starts carries IR_SANDBOX_STATE=<state dir> in its environment (and so
+# do its children). down.sh only signals processes that carry this marker, so a PID reused by an
+# unrelated process is never killed.
+IR_PIDS="${IR_STATE}/pids"
+IR_LOGS="${IR_STATE}/logs"
+export IR_PIDS IR_LOGS
+
+# sandbox_pid PIDFILE: print the PID if it is alive and carries this sandbox's marker.
+sandbox_pid() {
+  local pidfile="$1" pid
+  [[ -f "${pidfile}" ]] || return 1
+  pid="$(head -n 1 "${pidfile}" 2>/dev/null)" || return 1
+  [[ "${pid}" =~ ^[0-9]+$ ]] || return 1
+  [[ -r "/proc/${pid}/environ" ]] || return 1
+  grep -q '^State:[[:space:]]*Z' "/proc/${pid}/status" 2>/dev/null && return 1
+  tr '\0' '\n' <"/proc/${pid}/environ" 2>/dev/null | grep -qxF "IR_SANDBOX_STATE=${IR_STATE}" || return 1
+  printf '%s\n' "${pid}"
+}
+
+# start_process NAME CMD...: start CMD detached (own session, stdin closed), output appended to
+# $IR_LOGS/NAME.log, PID in $IR_PIDS/NAME.pid. Returns at once; callers wait for health.
+start_process() {
+  local name="$1"
+  shift
+  local pidfile="${IR_PIDS}/${name}.pid" logfile="${IR_LOGS}/${name}.log"
+  mkdir -p "${IR_PIDS}" "${IR_LOGS}"
+  rm -f "${pidfile}.new"
+  printf '\n==== %s start %s: %s\n' "$(date -u +%FT%TZ)" "${name}" "$*" >>"${logfile}"
+  # shellcheck disable=SC2016 # $$, $0 and $@ are expanded by the inner bash
+  IR_SANDBOX_STATE="${IR_STATE}" setsid bash -c 'printf "%s\n" "$$" >"$0.tmp" && mv "$0.tmp" "$0" && exec "$@"' \
+    "${pidfile}.new" "$@" >>"${logfile}" 2>&1 </dev/null &
+  local i
+  for ((i = 0; i < 50; i++)); do
+    [[ -s "${pidfile}.new" ]] && break
+    sleep 0.05
+  done
+  [[ -s "${pidfile}.new" ]] || die "could not start ${name}; see ${logfile}"
+  mv "${pidfile}.new" "${pidfile}"
+}
+
+# stop_process PIDFILE [GRACE_SECONDS]: SIGTERM the recorded process (if it is ours), SIGKILL after
+# the grace period, then remove the PID file.
+stop_process() {
+  local pidfile="$1" grace="${2:-15}" name pid i
+  name="$(basename "${pidfile}" .pid)"
+  if ! pid="$(sandbox_pid "${pidfile}")"; then
+    [[ -f "${pidfile}" ]] && log down "${name}: not running (stale PID file removed)"
+    rm -f "${pidfile}"
+    return 0
+  fi
+  kill -TERM "${pid}" 2>/dev/null || true
+  for ((i = 0; i < grace * 10; i++)); do
+    sandbox_pid "${pidfile}" >/dev/null || break
+    sleep 0.1
+  done
+  if sandbox_pid "${pidfile}" >/dev/null; then
+    log down "${name}: still alive after ${grace}s, SIGKILL ${pid}"
+    kill -KILL "${pid}" 2>/dev/null || true
+    sleep 0.2
+  fi
+  rm -f "${pidfile}"
+  log down "${name}: stopped (pid ${pid})"
+}
