@@ -1,0 +1,163 @@
+"""Paths, environment and file helpers shared by the bridge, the gateway and the load generator.
+
+The sandbox keeps its state in ``$IR_STATE`` (default: ``<repo>/.sandbox``), next to the
+kubeconfig and ``env`` file that ``sandbox/up.sh`` writes. Every file another process reads is
+written atomically (temporary name that no reader's glob matches, then ``rename``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import re
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+SANDBOX_DIR = REPO / "sandbox"
+
+DEFAULT_GATEWAY_PORT = 18080
+
+
+def state_dir() -> Path:
+    """The sandbox's state directory: ``$IR_STATE`` or ``<repo>/.sandbox``."""
+    return Path(os.environ.get("IR_STATE") or REPO / ".sandbox").resolve()
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("IR_CACHE") or Path.home() / ".cache" / "inference-rollout")
+
+
+def read_env_file(path: Path) -> dict[str, str]:
+    """Parse a shell ``KEY=value`` / ``export KEY=value`` file (quotes stripped, no expansion)."""
+    env: dict[str, str] = {}
+    try:
+        text = path.read_text()
+    except OSError:
+        return env
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        line = line.removeprefix("export ").strip()
+        key, sep, value = line.partition("=")
+        if not sep or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
+            continue
+        value = value.strip()
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+            value = value[1:-1]
+        env[key] = value
+    return env
+
+
+def sandbox_env() -> dict[str, str]:
+    """``.sandbox/env`` overlaid with the process environment (the environment wins)."""
+    env = read_env_file(state_dir() / "env")
+    for key in ("KUBECONFIG", "PROMETHEUS_URL", "GATEWAY_URL", "IR_CACHE"):
+        if os.environ.get(key):
+            env[key] = os.environ[key]
+    return env
+
+
+def versions() -> dict[str, str]:
+    return read_env_file(SANDBOX_DIR / "versions.env")
+
+
+def find_sim_binary() -> str:
+    """The llm-d-inference-sim binary: ``$IR_SIM_BIN``, the versioned one in the cache, or PATH."""
+    explicit = os.environ.get("IR_SIM_BIN")
+    if explicit:
+        return explicit
+    version = versions().get("LLM_D_INFERENCE_SIM_VERSION", "")
+    cached = cache_dir() / "bin" / f"llm-d-inference-sim-{version}"
+    if version and os.access(cached, os.X_OK):
+        return str(cached)
+    found = shutil.which("llm-d-inference-sim")
+    if found:
+        return found
+    raise FileNotFoundError(
+        f"llm-d-inference-sim not found: build it with `bash sandbox/build.sh sim` ({cached}) "
+        "or set IR_SIM_BIN"
+    )
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """Write JSON so a reader never sees a partial file (the temp name ends in ``.tmp``)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f, indent=2, sort_keys=True)
+            f.write("\n")
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def read_json(path: Path, default: Any = None) -> Any:
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return default
+
+
+def pid_cmdline(pid: int) -> str:
+    """The process's command line joined by spaces, or "" if it is gone (or a zombie)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            # field 3 is the state; a zombie (Z) or dead (X) process does not count as running
+            state = f.read().rsplit(")", 1)[1].split()[0]
+        if state in ("Z", "X"):
+            return ""
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+    except (OSError, IndexError):
+        return ""
+
+
+def pid_environ(pid: int) -> dict[str, str]:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return {}
+    env: dict[str, str] = {}
+    for item in raw.split(b"\0"):
+        key, sep, value = item.partition(b"=")
+        if sep:
+            env[key.decode(errors="replace")] = value.decode(errors="replace")
+    return env
+
+
+def setup_logging(name: str, verbose: bool = False) -> logging.Logger:
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format=f"%(asctime)s {name} %(levelname)s %(message)s",
+        stream=sys.stderr,
+    )
+    for noisy in ("kubernetes", "urllib3", "httpx", "httpcore", "aiohttp.access"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    return logging.getLogger(name)
