@@ -1,0 +1,188 @@
+"""A response-corrupting proxy in front of one simulator: the sandbox's "bad model".
+
+The bridge starts it for a pod that carries ``sim.inference.dev/business-fail-rate`` (percent).
+It forwards everything to the simulator unchanged, except that that share of successful chat and
+text completions comes back with prose before the answer
+(``Sure! Here is the JSON you asked for:`` + the model's text), as a model that has stopped
+following a "reply with JSON only" instruction does. A client that checks "the reply is the JSON I
+asked for" (``irsandbox.loadgen --json-check``) then fails exactly that share of its checks, while
+latency, status codes and the simulator's own metrics stay those of a healthy server.
+
+The share is exact, not random: an error-diffusion counter corrupts response k when
+``floor(k * rate / 100)`` steps up, so 8 % means 8 of every 100 responses.
+
+``GET /-/shim/config`` shows the rate and counters; ``POST /-/shim/config`` with
+``{"business-fail-rate": 10}`` changes it (the bridge does that when the annotation changes).
+
+    python -m irsandbox.faultproxy --listen-port 21001 --upstream-port 21000 --rate 8 --pod ns/name
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+PREFIX = "Sure! Here is the JSON you asked for:\n"
+HOP_BY_HOP = {
+    "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailers",
+    "transfer-encoding", "upgrade", "content-length", "host",
+}
+CHECKED_PATHS = ("/v1/chat/completions", "/v1/completions")
+
+
+class Corrupter:
+    """Decides, response by response, which to corrupt so the share is exactly ``rate`` %."""
+
+    def __init__(self, rate: float) -> None:
+        self.rate = rate
+        self.seen = 0
+        self.corrupted = 0
+
+    def next(self) -> bool:
+        self.seen += 1
+        target = int(self.seen * self.rate / 100.0 + 1e-9)
+        if target > self.corrupted:
+            self.corrupted += 1
+            return True
+        return False
+
+    def set_rate(self, rate: float) -> None:
+        # restart the sequence so the new share holds from now on
+        self.rate = rate
+        self.seen = 0
+        self.corrupted = 0
+
+
+def corrupt_choice(choice: dict[str, Any], delta: bool) -> bool:
+    """Prefix the first text of a choice. Returns True if something was changed."""
+    holder = choice.get("delta" if delta else "message")
+    if isinstance(holder, dict) and isinstance(holder.get("content"), str):
+        if delta and not holder["content"]:
+            return False
+        holder["content"] = PREFIX + holder["content"]
+        return True
+    if isinstance(choice.get("text"), str):
+        if delta and not choice["text"]:
+            return False
+        choice["text"] = PREFIX + choice["text"]
+        return True
+    return False
+
+
+def corrupt_body(body: bytes) -> bytes:
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        return body
+    changed = False
+    for choice in doc.get("choices") or []:
+        changed = corrupt_choice(choice, delta=False) or changed
+    return json.dumps(doc).encode() if changed else body
+
+
+def corrupt_sse_line(line: bytes) -> tuple[bytes, bool]:
+    """One SSE line; corrupt its first content delta. Returns (line, changed)."""
+    if not line.startswith(b"data: {"):
+        return line, False
+    ending = line[len(line.rstrip(b"\r\n")):]
+    try:
+        doc = json.loads(line[6:])
+    except ValueError:
+        return line, False
+    for choice in doc.get("choices") or []:
+        if corrupt_choice(choice, delta=True):
+            return b"data: " + json.dumps(doc).encode() + ending, True
+    return line, False
+
+
+class FaultProxy:
+    def __init__(self, upstream: str, rate: float, pod: str = "") -> None:
+        self.upstream = upstream.rstrip("/")
+        self.corrupter = Corrupter(rate)
+        self.pod = pod
+        self.session: aiohttp.ClientSession | None = None
+
+    async def start(self, app: web.Application) -> None:
+        self.session = aiohttp.ClientSession(
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=5),
+            connector=aiohttp.TCPConnector(limit=0),
+            auto_decompress=False,
+        )
+
+    async def stop(self, app: web.Application) -> None:
+        if self.session:
+            await self.session.close()
+
+    async def config(self, request: web.Request) -> web.Response:
+        if request.method == "POST":
+            try:
+                body = await request.json()
+                rate = float(body["business-fail-rate"])
+                if not 0 <= rate <= 100:
+                    raise ValueError(rate)
+            except (ValueError, KeyError, TypeError) as e:
+                return web.json_response({"error": f"bad body: {e}"}, status=400)
+            self.corrupter.set_rate(rate)
+        c = self.corrupter
+        return web.json_response({"pod": self.pod, "business-fail-rate": c.rate,
+                                  "seen": c.seen, "corrupted": c.corrupted})
+
+    async def forward(self, request: web.Request) -> web.StreamResponse:
+        assert self.session is not None
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP}
+        data = await request.read()
+        url = self.upstream + request.path_qs
+        try:
+            upstream = await self.session.request(request.method, url, headers=headers, data=data)
+        except aiohttp.ClientError as e:
+            return web.json_response({"error": f"upstream: {e}"}, status=502)
+        async with upstream:
+            checked = (
+                request.method == "POST"
+                and request.path in CHECKED_PATHS
+                and 200 <= upstream.status < 300
+            )
+            out_headers = {k: v for k, v in upstream.headers.items()
+                           if k.lower() not in HOP_BY_HOP}
+            streaming = upstream.headers.get("Content-Type", "").startswith("text/event-stream")
+            if not streaming:
+                body = await upstream.read()
+                if checked and self.corrupter.next():
+                    body = corrupt_body(body)
+                return web.Response(status=upstream.status, headers=out_headers, body=body)
+            corrupt = checked and self.corrupter.next()
+            resp = web.StreamResponse(status=upstream.status, headers=out_headers)
+            await resp.prepare(request)
+            async for line in upstream.content:
+                if corrupt:
+                    line, changed = corrupt_sse_line(line)
+                    corrupt = not changed
+                await resp.write(line)
+            await resp.write_eof()
+            return resp
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m irsandbox.faultproxy", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--listen-port", type=int, required=True)
+    parser.add_argument("--upstream-port", type=int, required=True)
+    parser.add_argument("--rate", type=float, default=0.0, help="percent of responses to corrupt")
+    parser.add_argument("--pod", default="", help="namespace/name, for logs and /-/shim/config")
+    args = parser.parse_args(argv)
+    proxy = FaultProxy(f"http://127.0.0.1:{args.upstream_port}", args.rate, args.pod)
+    app = web.Application(client_max_size=64 * 1024 * 1024)
+    app.on_startup.append(proxy.start)
+    app.on_cleanup.append(proxy.stop)
+    app.router.add_route("*", "/-/shim/config", proxy.config)
+    app.router.add_route("*", "/{tail:.*}", proxy.forward)
+    web.run_app(app, host="127.0.0.1", port=args.listen_port, access_log=None,
+                print=None, handle_signals=True)  # SIGTERM/SIGINT: graceful exit
+
+
+if __name__ == "__main__":
+    main()
