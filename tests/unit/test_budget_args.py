@@ -134,3 +134,22 @@ FLAGS = st.sampled_from(["--max-num-seqs", "--max-model-len", "--tensor-parallel
 @given(flag=FLAGS, value=st.integers(min_value=1, max_value=10**6))
 def test_space_and_equals_forms_agree(flag: str, value: int) -> None:
     assert parse_vllm_args([flag, str(value)]) == parse_vllm_args([f"{flag}={value}"])
+
+
+WORDS = st.sampled_from(["--max-num-seqs", "--max-model-len", "-tp", "--dtype", "serve", "vllm",
+                         "sh", "-c", "--speculative-config", "--no-enable-chunked-prefill",
+                         "--enable-chunked-prefill", "--quantization", "auto", "32", "-1", "'",
+                         '{"method": 1}', "--", "x=y", "--kv-cache-dtype", "--block-size"])
+
+
+@given(argv=st.lists(WORDS | st.text(max_size=12), max_size=12))
+def test_any_command_line_parses_or_names_a_flag(argv: list[str]) -> None:
+    try:
+        parse_vllm_args(argv)
+    except VllmArgsError as e:
+        assert e.flag.startswith("-")
+
+
+def test_unbalanced_quotes_in_a_shell_wrapper() -> None:
+    with pytest.raises(VllmArgsError, match="quotation"):
+        parse_vllm_args(["sh", "-c", "vllm serve 'model --max-num-seqs 8"])

@@ -6,6 +6,8 @@ import copy
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from inference_rollout.api.spec import ModelSpec
 from inference_rollout.budget.facts import (
@@ -179,3 +181,34 @@ def test_no_containers_is_reported_once() -> None:
     m["spec"]["template"]["spec"]["containers"] = []
     findings = lint_manifest(m).findings
     assert len(findings) == 1 and findings[0].code == "SPEC-INVALID"
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(-5, 10**6) | st.floats(allow_nan=False)
+    | st.text(max_size=8),
+    lambda children: st.lists(children, max_size=3)
+    | st.dictionaries(st.text(max_size=6), children, max_size=3),
+    max_leaves=8,
+)
+FUZZED_PATHS = [
+    ("spec",), ("spec", "profile"), ("spec", "model"), ("spec", "model", "preset"),
+    ("spec", "model", "layers"), ("spec", "template"), ("spec", "template", "spec"),
+    ("spec", "template", "spec", "containers"), ("spec", "template", "spec", "containers", 1),
+    ("spec", "template", "spec", "containers", 1, "args"),
+    ("spec", "template", "spec", "nodeSelector"), ("spec", "template", "spec", "affinity"),
+    ("spec", "analysis"), ("spec", "analysis", "metrics"), ("spec", "analysis", "slo"),
+    ("metadata",),
+]
+
+
+@settings(max_examples=300)
+@given(path=st.sampled_from(FUZZED_PATHS), value=JSON_VALUES)
+def test_any_json_anywhere_gives_findings_not_exceptions(path: tuple[Any, ...],
+                                                         value: object) -> None:
+    m = copy.deepcopy(MANIFEST)
+    node: Any = m
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = value
+    result = lint_manifest(m)
+    assert all(f.code and f.field and f.message for f in result.findings)

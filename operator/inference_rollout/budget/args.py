@@ -109,8 +109,13 @@ def _unwrap_shell(argv: Sequence[str]) -> list[str]:
     for i in range(len(tokens) - 2):
         is_shell = tokens[i].rsplit("/", 1)[-1] in _SHELLS
         if is_shell and tokens[i + 1].startswith("-") and tokens[i + 1].endswith("c"):
+            try:
+                script = shlex.split(tokens[i + 2])
+            except ValueError as e:
+                message = f"the shell script cannot be split: {e}"
+                raise VllmArgsError(tokens[i + 1], message) from None
             segments: list[list[str]] = [[]]
-            for word in shlex.split(tokens[i + 2]):
+            for word in script:
                 if word in _SHELL_SEPARATORS:
                     segments.append([])
                 else:

@@ -143,9 +143,10 @@ def serving_container(pod_spec: Mapping[str, Any]) -> tuple[int, Mapping[str, An
     return 0, _mapping(containers[0], "spec.template.spec.containers[0]")
 
 
-def container_argv(container: Mapping[str, Any]) -> tuple[str, ...]:
+def container_argv(container: Mapping[str, Any], path: str) -> tuple[str, ...]:
     """command + args as strings (YAML turns ``32`` into an int and ``true`` into a bool)."""
-    words = [*(container.get("command") or []), *(container.get("args") or [])]
+    words = [*_list(container.get("command"), f"{path}.command"),
+             *_list(container.get("args"), f"{path}.args")]
     return tuple(str(w).lower() if isinstance(w, bool) else str(w) for w in words)
 
 
@@ -153,12 +154,16 @@ def _gpu_labels(pod_spec: Mapping[str, Any]) -> list[str]:
     """GPU product label values the pods are pinned to (nodeSelector or required affinity)."""
     selector = _mapping(pod_spec.get("nodeSelector"), "spec.template.spec.nodeSelector")
     labels = [str(selector[key]) for key in GPU_PRODUCT_LABELS if key in selector]
+    path = "spec.template.spec.affinity.nodeAffinity"
     affinity = _mapping(pod_spec.get("affinity"), "spec.template.spec.affinity")
-    required = _mapping(_mapping(affinity.get("nodeAffinity"), "nodeAffinity")
-                        .get("requiredDuringSchedulingIgnoredDuringExecution"), "nodeAffinity")
-    for term in _list(required.get("nodeSelectorTerms"), "nodeSelectorTerms"):
-        for expression in _list(_mapping(term, "nodeSelectorTerms").get("matchExpressions"),
-                                "matchExpressions"):
+    node_affinity = _mapping(affinity.get("nodeAffinity"), path)
+    path += ".requiredDuringSchedulingIgnoredDuringExecution"
+    required = _mapping(node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution"), path)
+    terms = _list(required.get("nodeSelectorTerms"), f"{path}.nodeSelectorTerms")
+    for i, term in enumerate(terms):
+        term_path = f"{path}.nodeSelectorTerms[{i}]"
+        for expression in _list(_mapping(term, term_path).get("matchExpressions"),
+                                f"{term_path}.matchExpressions"):
             if isinstance(expression, Mapping) and expression.get("key") in GPU_PRODUCT_LABELS \
                     and expression.get("operator") == "In":
                 labels += [str(v) for v in expression.get("values") or []]
@@ -207,14 +212,15 @@ def facts_from_manifest(
     template = _mapping(spec.get("template"), "spec.template")
     pod_spec = _mapping(template.get("spec"), "spec.template.spec")
     index, container = serving_container(pod_spec)
+    container_path = f"spec.template.spec.containers[{index}]"
     model, explicit_gpu = model_from_spec(spec.get("model"))
     label_gpu, product = _smallest_gpu(_gpu_labels(pod_spec))
     analysis = _mapping(spec.get("analysis"), "spec.analysis")
     slo = _mapping(analysis.get("slo"), "spec.analysis.slo")
     metadata = _mapping(manifest.get("metadata"), "metadata")
     return ReleaseFacts(
-        container_args=container_argv(container),
-        container_path=f"spec.template.spec.containers[{index}]",
+        container_args=container_argv(container, container_path),
+        container_path=container_path,
         profile=str(spec.get("profile") or "latency"),
         model=model,
         gpu_memory_gib=explicit_gpu if explicit_gpu is not None else label_gpu,

@@ -214,7 +214,7 @@ def lint_release(facts: ReleaseFacts) -> LintResult:
 def _schema_findings(manifest: Mapping[str, Any]) -> list[Finding]:
     """What the API's own validation rejects: the operator would refuse the object too."""
     try:
-        InferenceRolloutSpec.parse(dict(manifest.get("spec") or {}))
+        InferenceRolloutSpec.model_validate(manifest.get("spec") or {})
     except ValidationError as e:
         findings = []
         for error in e.errors():
