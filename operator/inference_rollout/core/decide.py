@@ -29,7 +29,7 @@ from ..api.duration import format_duration, parse_duration
 from ..api.spec import InferenceRolloutSpec, Step
 from ..api.status import InferenceRolloutStatus, Requests
 from . import analysis as an
-from .capacity import canary_target, ready_enough, release_pod_counts
+from .capacity import canary_target, ready_enough, release_pod_counts, stable_within_quota
 from .conditions import apply_conditions, step_message
 from .timeutil import from_iso, seconds_since, to_iso
 from .types import (
@@ -125,9 +125,11 @@ def decide(
 
 
 def _on_delete(run: _Run) -> None:
+    """All traffic to stable, and the canary off the route (its Service is about to be
+    garbage-collected with the rollout)."""
     st = run.status
-    if st.stable_revision and st.canary_weight > 0:
-        st.canary_weight = 0
+    if st.stable_revision and st.canary_revision:
+        st.canary_weight, st.canary_revision, st.current_step = 0, None, None
         run.event("Normal", r.DELETING, r.DELETING_MSG.format(stable=st.stable_revision))
     if st.stable_revision:
         _reconcile_route(run)
@@ -153,7 +155,7 @@ def _at_stable(run: _Run) -> None:
     st.aborted, st.abort_reason, st.aborted_at, st.paused_reason = False, None, None, None
     st.requests = Requests()
     assert st.stable_revision is not None
-    run.ensure(st.stable_revision, run.spec.replicas)
+    run.ensure(st.stable_revision, _stable_pods(run, run.spec.replicas))
     stable = run.world.revisions.get(st.stable_revision)
     if stable is None or stable.ready < run.spec.replicas:
         run.wake_in(POLL_SECONDS)
@@ -165,7 +167,7 @@ def _invalid_release(run: _Run) -> None:
     if st.canary_revision:
         _abandon_canary(run)
     assert st.stable_revision is not None
-    run.ensure(st.stable_revision, run.spec.replicas)
+    run.ensure(st.stable_revision, _stable_pods(run, run.spec.replicas))
 
 
 def _release(run: _Run) -> None:
@@ -252,11 +254,7 @@ def _stay_aborted(run: _Run) -> None:
     else:
         run.wake_in(delay - waited)
         canary_pods = canary.desired if canary else 0
-    stable = run.spec.replicas
-    if run.spec.capacity.mode == "swap":
-        quota = run.spec.replicas + run.spec.capacity.max_surge
-        stable = min(stable, quota - canary_pods)
-    run.ensure(st.stable_revision, stable)
+    run.ensure(st.stable_revision, _stable_pods(run, run.spec.replicas, canary_pods))
 
 
 def _steer_pause(run: _Run) -> None:
@@ -333,9 +331,14 @@ def _capacity_and_weight(run: _Run, step: Step) -> bool:
     canary = world.revisions.get(st.canary_revision)
     stable = world.revisions.get(st.stable_revision)
     ready = canary.ready if canary else 0
-    counts = release_pod_counts(spec, step, ready, stable.desired if stable else spec.replicas)
-    run.ensure(st.stable_revision, counts.stable)
-    run.ensure(st.canary_revision, counts.canary)
+    counts = release_pod_counts(spec, step, ready, stable.desired if stable else spec.replicas,
+                                _other_pods(run))
+    if stable is not None and counts.stable > stable.desired:
+        run.ensure(st.canary_revision, counts.canary)  # shrink first: within quota at every write
+        run.ensure(st.stable_revision, counts.stable)
+    else:
+        run.ensure(st.stable_revision, counts.stable)
+        run.ensure(st.canary_revision, counts.canary)
     if st.canary_weight >= step.weight:
         return True
     if not ready_enough(spec, step, ready):
@@ -433,8 +436,37 @@ def _promote(run: _Run) -> None:
     st.requests = Requests()
     run.event("Normal", r.PROMOTED,
               r.PROMOTED_MSG.format(canary=new, old=old, delay=format_duration(delay)))
-    run.ensure(new, spec.replicas)
+    run.ensure(new, _stable_pods(run, spec.replicas))
     run.wake_in(delay)
+
+
+# --- capacity -----------------------------------------------------------------------------
+
+
+def _leaves_now(run: _Run, rev: str) -> bool:
+    """Whether :func:`_old_revisions` deletes ``rev`` in this call (it is neither stable nor
+    canary, and its delay has passed)."""
+    due_text = run.status.old_revisions.get(rev)
+    if due_text is None:  # an orphan: adopted now, deleted after scaleDownDelay
+        return parse_duration(run.spec.strategy.scale_down_delay) == 0
+    due = from_iso(due_text)
+    return due is None or run.now >= due
+
+
+def _other_pods(run: _Run) -> int:
+    """Pods of revisions that are neither stable nor canary and stay after this call: in swap
+    mode they hold GPUs of the quota until they are deleted."""
+    live = {run.status.stable_revision, run.status.canary_revision}
+    return sum(s.desired for rev, s in run.world.revisions.items()
+               if rev not in live and not _leaves_now(run, rev))
+
+
+def _stable_pods(run: _Run, wanted: int, also_held: int = 0) -> int:
+    """The stable's pod count toward ``wanted`` within the swap quota (``also_held``: the aborted
+    canary's pods, still running)."""
+    stable = run.world.revisions.get(run.status.stable_revision or "")
+    return stable_within_quota(run.spec, wanted, stable.desired if stable else 0,
+                               _other_pods(run) + also_held)
 
 
 # --- always --------------------------------------------------------------------------------
@@ -449,12 +481,16 @@ def _old_revisions(run: _Run) -> None:
         if rev not in live and rev not in st.old_revisions:
             delay = parse_duration(run.spec.strategy.scale_down_delay)
             st.old_revisions[rev] = to_iso(run.now + timedelta(seconds=delay))
+    # Deletions go before any scaling: the pods they free are counted as free already.
+    first_scale = next((i for i, a in enumerate(run.actions) if isinstance(a, EnsureRevision)),
+                       len(run.actions))
     for rev, due_text in sorted(st.old_revisions.items()):
         due = from_iso(due_text)
         if rev in live or rev not in run.world.revisions:
             del st.old_revisions[rev]
         elif due is None or run.now >= due:
-            run.actions.append(DeleteRevision(rev))
+            run.actions.insert(first_scale, DeleteRevision(rev))
+            first_scale += 1
             del st.old_revisions[rev]
         else:
             run.wake_in((due - run.now).total_seconds())
