@@ -48,6 +48,3 @@ def qualify_field(field: str, container_path: str) -> str:
         return f"spec.{field}"
     return field
 
-
-def has_errors(findings: tuple[Finding, ...] | list[Finding]) -> bool:
-    return any(f.is_error for f in findings)

@@ -75,19 +75,20 @@ class MemoryBudget:
         return int(self.gpu.memory_gib * GIB)
 
 
-def kv_bytes_per_token(model: ModelArchitecture, kv_element_bytes: float) -> int:
-    """2 (K and V) × layers × kv_heads × head_dim × bytes: GQA-aware, whole model."""
-    return round(2 * model.layers * model.kv_heads * model.head_dim * kv_element_bytes)
-
-
 def kv_bytes_per_token_per_gpu(
     model: ModelArchitecture, kv_element_bytes: float, tensor_parallel: int, pipeline_parallel: int
 ) -> int:
-    """One GPU's share: kv heads split across TP (replicated when TP > kv heads, so at least one
-    per GPU), layers across PP stages (the largest stage)."""
+    """2 (K and V) × layers × kv_heads × head_dim × bytes, for one GPU's share: kv heads split
+    across TP (replicated when TP > kv heads, so at least one per GPU), layers across PP stages
+    (the largest stage)."""
     heads = max(1, math.ceil(model.kv_heads / tensor_parallel))
     layers = math.ceil(model.layers / pipeline_parallel)
     return round(2 * layers * heads * model.head_dim * kv_element_bytes)
+
+
+def kv_bytes_per_token(model: ModelArchitecture, kv_element_bytes: float) -> int:
+    """The whole model's KV bytes per token: GQA-aware (kv_heads, not attention heads)."""
+    return kv_bytes_per_token_per_gpu(model, kv_element_bytes, 1, 1)
 
 
 def estimated_hidden_size(model: ModelArchitecture) -> int:
@@ -162,13 +163,14 @@ def compute_budget(model: ModelArchitecture, args: VllmArgs, gpu: GpuSpec) -> Me
 
     draft, draft_note = _draft_model(args)
     findings += [draft_note] if draft_note else []
-    draft_tp = (args.speculative.draft_tensor_parallel_size if args.speculative else None) or tp
+    spec = args.speculative
+    draft_tp = (spec.draft_tensor_parallel_size if spec else None) or tp
 
     weights = weight_bytes(model, args) / gpus
     kv_token = kv_bytes_per_token(model, kv_element)
     kv_token_gpu = kv_bytes_per_token_per_gpu(model, kv_element, tp, pp)
     if draft is not None:  # the draft keeps its own weights and KV cache in the same GPU memory
-        draft_args = VllmArgs(model=draft.hf_repo, dtype=args.dtype)
+        draft_args = VllmArgs(model=spec.model if spec else None, dtype=args.dtype)
         weights += weight_bytes(draft, draft_args) / (draft_tp * pp)
         kv_token += kv_bytes_per_token(draft, kv_element)
         kv_token_gpu += kv_bytes_per_token_per_gpu(draft, kv_element, draft_tp, pp)

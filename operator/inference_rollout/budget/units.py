@@ -5,7 +5,6 @@ from __future__ import annotations
 import re
 
 KIB = 1024
-MIB = 1024**2
 GIB = 1024**3
 
 # vLLM's convention (vllm.engine.arg_utils.human_readable_int): lowercase suffixes are decimal
