@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema, model_validator
 from pydantic.alias_generators import to_camel
 
 from .duration import DURATION_PATTERN, parse_duration
@@ -24,7 +24,24 @@ def _valid_duration(text: str) -> str:
     return text
 
 
-Duration = Annotated[str, AfterValidator(_valid_duration), Field(pattern=DURATION_PATTERN)]
+DURATION_MAX_LENGTH = 64
+
+#: The JSON schema is given explicitly: pydantic cannot show a pattern that runs after a validator,
+#: and the CRD needs it (and a length bound, which keeps the CEL cost estimates small).
+Duration = Annotated[
+    str,
+    AfterValidator(_valid_duration),
+    Field(pattern=DURATION_PATTERN, max_length=DURATION_MAX_LENGTH),
+    WithJsonSchema(
+        {"type": "string", "pattern": DURATION_PATTERN, "maxLength": DURATION_MAX_LENGTH}
+    ),
+]
+
+#: List bounds (also in the CRD, where they keep the CEL rules within the API server's cost budget).
+MAX_STEPS = 20
+MAX_METRICS = 32
+MAX_PARENT_REFS = 32
+MAX_HOSTNAMES = 16
 
 
 class Model(BaseModel):
@@ -138,8 +155,8 @@ class GatewayAPITraffic(Model):
     """
 
     http_route_ref: RouteRef | None = Field(None, alias="httpRouteRef")
-    parent_refs: list[ParentRef] | None = None
-    hostnames: list[str] = Field(default_factory=list)
+    parent_refs: list[ParentRef] | None = Field(None, max_length=MAX_PARENT_REFS)
+    hostnames: list[str] = Field(default_factory=list, max_length=MAX_HOSTNAMES)
     backend_kind: Literal["Service", "InferencePool"] = "Service"
 
     @model_validator(mode="after")
@@ -184,7 +201,7 @@ def _default_steps() -> list[Step]:
 
 
 class StrategySpec(Model):
-    steps: list[Step] = Field(default_factory=_default_steps, min_length=1)
+    steps: list[Step] = Field(default_factory=_default_steps, min_length=1, max_length=MAX_STEPS)
     progress_deadline: Duration = "30m"
     abort_scale_down_delay: Duration = "30s"
     scale_down_delay: Duration = Field(
@@ -238,7 +255,8 @@ class SloSpec(Model):
 
     ttft_p99: Duration | None = None
     itl_p99: Duration | None = None
-    e2e_p99: Duration | None = None
+    # Explicit alias: the generated one would be "e2EP99" (a capital after the digit).
+    e2e_p99: Duration | None = Field(None, alias="e2eP99")
     factor: float = Field(1.5, ge=1.0, description="Breach when p99 > factor × SLA.")
 
 
@@ -285,7 +303,7 @@ class AnalysisSpec(Model):
     interval: Duration = "1m"
     prometheus: PrometheusSpec | None = None
     slo: SloSpec | None = None
-    metrics: list[MetricSpec] = Field(default_factory=list)
+    metrics: list[MetricSpec] = Field(default_factory=list, max_length=MAX_METRICS)
     min_samples: int = Field(
         20, ge=0, description="Default request count a window must hold to be conclusive."
     )
