@@ -27,6 +27,7 @@ from .api import GROUP, PLURAL, VERSION
 from .api.duration import parse_duration
 from .api.spec import InferenceRolloutSpec, PodTemplate
 from .api.status import InferenceRolloutStatus
+from .budget.lint import lint_manifest
 from .core import validation
 from .core.analysis import effective_metrics
 from .core.decide import IDLE_SECONDS, analysis_due, decide
@@ -63,6 +64,20 @@ class Deps:
     post_event: EventSink
     now: Callable[[], datetime] = lambda: datetime.now(UTC)
     sources: dict[tuple[str, float, str | None], MetricSource] = field(default_factory=dict)
+    lint_cache: dict[tuple[str, int, tuple[str, ...] | None], list[str]] = field(
+        default_factory=dict)
+
+    def lint_errors(self, body: dict[str, Any], stable_args: tuple[str, ...] | None) -> list[str]:
+        """The principle lints' error findings (warnings go to `kubectl inference-rollout lint`),
+        computed once per generation and stable revision."""
+        key = (body["metadata"]["uid"], int(body["metadata"].get("generation", 0)), stable_args)
+        if key not in self.lint_cache:
+            if len(self.lint_cache) > 4096:
+                self.lint_cache.clear()
+            result = lint_manifest(body, stable_args)
+            self.lint_cache[key] = [f"{f.code} {f.field}: {f.message}"
+                                    for f in result.findings if f.is_error]
+        return self.lint_cache[key]
 
     async def source_for(self, spec: InferenceRolloutSpec, namespace: str) -> MetricSource:
         prom = spec.analysis.prometheus
@@ -98,12 +113,13 @@ async def reconcile(deps: Deps, body: dict[str, Any]) -> float:
         new = validation.unparseable_status(status, problems, generation, deps.now())
         await write_status(deps, body, status, new)
         return IDLE_SECONDS
-    invalid = validation.problems(spec, name)
     revisions = Revisions(deps.kube, ns, name, uid)
     router = HTTPRouteRouter(deps.kube, ns, name, uid, spec.traffic.gateway_api,
                              spec.template.serving_port())
     now = deps.now()
     world_revisions = await revisions.observe()
+    invalid = validation.problems(spec, name) + deps.lint_errors(
+        body, revisions.serving_args(status.stable_revision))
     route = await router.get_weights()
     measurements = None
     if analysis_due(spec, status, now) and not deleting:

@@ -101,6 +101,8 @@ def decide(
     now: datetime,
 ) -> Decision:
     run = _Run(spec, status.model_copy(deep=True), world, now)
+    if world.invalid and not world.deleting:
+        _note_invalid(run)
     if world.deleting:
         _on_delete(run)
     elif run.status.stable_revision is None:
@@ -133,6 +135,14 @@ def _on_delete(run: _Run) -> None:
         run.event("Normal", r.DELETING, r.DELETING_MSG.format(stable=st.stable_revision))
     if st.stable_revision:
         _reconcile_route(run)
+
+
+def _note_invalid(run: _Run) -> None:
+    """One Warning Event when a release becomes invalid (the condition carries it after)."""
+    valid = next((c for c in run.status.conditions if c.type == "Valid"), None)
+    if valid is None or valid.status != "False":
+        run.event("Warning", r.INVALID_SPEC,
+                  r.INVALID_SPEC_MSG.format(problems="; ".join(run.world.invalid)))
 
 
 def _first_release(run: _Run) -> None:

@@ -73,6 +73,8 @@ class Revisions:
 
     def __init__(self, kube: Kube, namespace: str, rollout: str, uid: str) -> None:
         self.kube, self.namespace, self.rollout, self.uid = kube, namespace, rollout, uid
+        #: Pod templates of the revisions seen by :meth:`observe` (the stable's args feed lints).
+        self.templates: dict[str, dict[str, Any]] = {}
 
     def _deploy_path(self, revision: str = "") -> str:
         name = revision_name(self.rollout, revision) if revision else ""
@@ -101,6 +103,7 @@ class Revisions:
             if not rev or d["metadata"].get("deletionTimestamp"):
                 continue
             st = d.get("status", {})
+            self.templates[rev] = d["spec"].get("template", {})
             out[rev] = RevisionState(
                 desired=int(d["spec"].get("replicas", 1)),
                 ready=int(st.get("readyReplicas", 0)),
@@ -145,6 +148,16 @@ class Revisions:
         except KubeError as e:
             if e.status != 409:
                 raise RevisionError(f"creating Service {self._name(revision)}: {e}") from e
+
+    def serving_args(self, revision: str | None) -> tuple[str, ...] | None:
+        """The vLLM args of an observed revision (None if it was not seen)."""
+        template = self.templates.get(revision or "")
+        if not template:
+            return None
+        try:
+            return tuple(PodTemplate.model_validate(template).serving_args())
+        except ValueError:
+            return None
 
     async def delete(self, revision: str) -> None:
         await self.kube.delete(self._deploy_path(revision))
