@@ -4,8 +4,8 @@ with the models, and the CEL rules evaluated on valid and invalid manifests.
 The API server is emulated here the way it treats a create: nulls pruned, defaults applied, then
 the OpenAPI checks (a small validator below) and the CEL rules (evaluated with ``celpy``, with the
 few Kubernetes CEL library functions the rules use added, and ``duration()`` parsing exactly what
-Go's ``time.ParseDuration`` parses).  ``tests/sandbox/test_crd_apiserver.py`` sends the same
-manifests to a real API server.
+Go's ``time.ParseDuration`` parses).  ``VALID`` and ``INVALID`` are meant to be sent to the
+sandbox's real API server as well.
 """
 
 from __future__ import annotations
