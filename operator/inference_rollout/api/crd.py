@@ -78,6 +78,14 @@ _INTERVAL_AT_LEAST_5S = (
 )
 
 VALIDATIONS: Final[dict[RulePath, list[Rule]]] = {
+    ("spec", "capacity"): [
+        {
+            "rule": "!has(self.mode) || self.mode != 'swap' || !has(self.maxSurge) "
+            "|| self.maxSurge >= 1",
+            "message": "spec.capacity.maxSurge: swap mode needs maxSurge >= 1 (room for the first "
+            "canary pod before the stable may shrink)",
+        },
+    ],
     ("spec", "traffic", "gatewayAPI"): [
         {
             "rule": "has(self.httpRouteRef) != (has(self.parentRefs) && size(self.parentRefs) > 0)",

@@ -183,6 +183,15 @@ class CapacitySpec(Model):
     mode: Literal["surge", "swap"] = "surge"
     max_surge: int = Field(1, ge=0)
 
+    @model_validator(mode="after")
+    def _swap_needs_room(self) -> CapacitySpec:
+        if self.mode == "swap" and self.max_surge < 1:
+            raise ValueError(
+                "spec.capacity.maxSurge: swap mode needs maxSurge >= 1 (room for the first "
+                "canary pod before the stable may shrink)"
+            )
+        return self
+
 
 class Step(Model):
     """One stage: route ``weight`` percent to the canary, then hold it for ``pause`` while the
@@ -245,6 +254,9 @@ class SecretKeyRef(Model):
 class PrometheusSpec(Model):
     address: str = Field(pattern=r"^https?://")
     timeout: Duration = "5s"
+    scrape_interval: Duration = Field(
+        "30s", description="How often Prometheus scrapes the pods; rate windows span ≥ 4 scrapes."
+    )
     bearer_token_secret_ref: SecretKeyRef | None = Field(
         None, description="A Secret key holding a bearer token for Prometheus."
     )
