@@ -22,6 +22,7 @@ unit: venv
 
 crd: venv
 	$(PY) -m inference_rollout.api.crd > crds/rollouts.inference.dev_inferencerollouts.yaml
+	cp crds/rollouts.inference.dev_inferencerollouts.yaml charts/inference-rollout/crds/
 
 sandbox-build:
 	bash sandbox/build.sh
