@@ -1,0 +1,264 @@
+"""The Helm chart rendered by the real helm binary: RBAC per mode, least privilege, the operator
+Deployment's settings, the values schema.
+
+Needs only the helm binary that sandbox/build.sh builds into the cache (no cluster). It lives in
+the sandbox tier because that tier runs after the build; a missing helm is a failure, not a skip.
+tests/sandbox/test_delivery_rbac.py proves the same rules against a real API server.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+pytestmark = [pytest.mark.sandbox, pytest.mark.timeout(120)]
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "charts" / "inference-rollout"
+
+#: The least-privilege contract: (apiGroup, resource) -> verbs, derived from the operator's code
+#: (the reasons are comments in charts/inference-rollout/templates/_rbac_rules.tpl). A change here
+#: is a change to what the operator may do: review it as such.
+NAMESPACED_RULES = {
+    ("rollouts.inference.dev", "inferencerollouts"): ["get", "list", "watch", "patch"],
+    ("rollouts.inference.dev", "inferencerollouts/status"): ["patch"],
+    ("rollouts.inference.dev", "inferencerollouts/finalizers"): ["update"],
+    ("apps", "deployments"): ["list", "create", "patch", "delete"],
+    ("", "services"): ["get", "create", "patch", "delete"],
+    ("", "pods"): ["list"],
+    ("gateway.networking.k8s.io", "httproutes"): ["get", "create", "patch"],
+    ("", "events"): ["create"],
+}
+CRD_SCANNING = {("apiextensions.k8s.io", "customresourcedefinitions"): ["list", "watch"]}
+NAMESPACE_SCANNING = {("", "namespaces"): ["list", "watch"]}
+
+
+def versions() -> dict[str, str]:
+    out = {}
+    for line in (ROOT / "sandbox" / "versions.env").read_text().splitlines():
+        if "=" in line and not line.lstrip().startswith("#"):
+            key, _, value = line.partition("=")
+            out[key.strip()] = value.strip()
+    return out
+
+
+def helm_binary() -> Path:
+    """The helm that sandbox/build.sh builds: $IR_CACHE/bin/helm-<HELM_VERSION>."""
+    cache = Path(os.environ.get("IR_CACHE") or Path.home() / ".cache" / "inference-rollout")
+    path = cache / "bin" / f"helm-{versions()['HELM_VERSION']}"
+    if not os.access(path, os.X_OK):
+        pytest.fail(f"helm is missing: {path} is not an executable; build it with "
+                    "`bash sandbox/build.sh helm` (make test does this)", pytrace=False)
+    return path
+
+
+def helm(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run([str(helm_binary()), *args], capture_output=True, text=True,
+                          timeout=60, check=False)
+    if check and proc.returncode != 0:
+        pytest.fail(f"helm {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr}",
+                    pytrace=False)
+    return proc
+
+
+def render(*sets: str, namespace: str = "ir-system", release: str = "ir",
+           include_crds: bool = False) -> list[dict[str, Any]]:
+    """`helm template` of the chart with ``--set`` values; the documents, parsed."""
+    args = ["template", release, str(CHART), "--namespace", namespace]
+    if include_crds:
+        args.append("--include-crds")
+    for s in sets:
+        args += ["--set", s]
+    return [d for d in yaml.safe_load_all(helm(*args).stdout) if d]
+
+
+def of_kind(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [d for d in docs if d["kind"] == kind]
+
+
+def rule_map(rules: list[dict[str, Any]]) -> dict[tuple[str, str], list[str]]:
+    out: dict[tuple[str, str], list[str]] = {}
+    for rule in rules:
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                key = (group, resource)
+                assert key not in out, f"{key} granted twice"
+                out[key] = rule["verbs"]
+    return out
+
+
+def all_rules(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [r for d in docs if d["kind"] in ("Role", "ClusterRole") for r in d.get("rules", [])]
+
+
+def deployment(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    (dep,) = of_kind(docs, "Deployment")
+    return dep
+
+
+# --- RBAC ----------------------------------------------------------------------------------------
+
+
+def test_cluster_mode_is_one_clusterrole_with_exactly_the_operators_rules() -> None:
+    docs = render()
+    assert not of_kind(docs, "Role") and not of_kind(docs, "RoleBinding")
+    (role,) = of_kind(docs, "ClusterRole")
+    assert rule_map(role["rules"]) == {**NAMESPACED_RULES, **CRD_SCANNING}
+    (binding,) = of_kind(docs, "ClusterRoleBinding")
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io",
+                                  "kind": "ClusterRole", "name": role["metadata"]["name"]}
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "ir-inference-rollout",
+                                    "namespace": "ir-system"}]
+    assert deployment(docs)["spec"]["template"]["spec"]["containers"][0]["args"][0] == \
+        "--all-namespaces"
+
+
+def test_namespaces_mode_renders_a_role_per_namespace() -> None:
+    docs = render("watch.mode=namespaces", "watch.namespaces={team-a,team-b}")
+    roles = of_kind(docs, "Role")
+    assert sorted(r["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
+    for role in roles:
+        assert rule_map(role["rules"]) == NAMESPACED_RULES
+    bindings = of_kind(docs, "RoleBinding")
+    assert sorted(b["metadata"]["namespace"] for b in bindings) == ["team-a", "team-b"]
+    for b in bindings:
+        assert b["roleRef"]["kind"] == "Role"
+        assert b["subjects"][0]["namespace"] == "ir-system"  # the operator's own namespace
+    # the only cluster-wide grant: kopf's scanning of CRDs and namespaces, metadata reads
+    (cluster_role,) = of_kind(docs, "ClusterRole")
+    assert rule_map(cluster_role["rules"]) == {**CRD_SCANNING, **NAMESPACE_SCANNING}
+    args = deployment(docs)["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[:4] == ["--namespace", "team-a", "--namespace", "team-b"]
+    assert "--all-namespaces" not in args
+
+
+def test_namespaces_mode_without_scanning_grants_nothing_cluster_wide() -> None:
+    docs = render("watch.mode=namespaces", "watch.namespaces={team-a}", "rbac.kopfScanning=false")
+    assert not of_kind(docs, "ClusterRole") and not of_kind(docs, "ClusterRoleBinding")
+    assert len(of_kind(docs, "Role")) == 1
+
+
+@pytest.mark.parametrize("mode", [(), ("watch.mode=namespaces", "watch.namespaces={a}")])
+def test_no_wildcards_and_no_secrets_by_default(mode: tuple[str, ...]) -> None:
+    rules = all_rules(render(*mode))
+    assert rules
+    for rule in rules:
+        for field in ("apiGroups", "resources", "verbs", "resourceNames"):
+            assert "*" not in rule.get(field, []), f"wildcard in {field}: {rule}"
+        assert "secrets" not in rule["resources"], rule
+        assert not {"escalate", "bind", "impersonate", "deletecollection"} & set(rule["verbs"])
+        if "update" in rule["verbs"]:  # only to set blockOwnerDeletion on owned objects
+            assert rule["resources"] == ["inferencerollouts/finalizers"], rule
+
+
+@pytest.mark.parametrize("mode", [(), ("watch.mode=namespaces", "watch.namespaces={a,b}")])
+def test_a_prometheus_token_secret_is_readable_by_name_only(mode: tuple[str, ...]) -> None:
+    docs = render(*mode, "prometheus.bearerTokenSecret=prometheus-token")
+    secret_rules = [r for r in all_rules(docs) if "secrets" in r["resources"]]
+    assert secret_rules, "the named Secret must be readable"
+    for rule in secret_rules:
+        assert rule == {"apiGroups": [""], "resources": ["secrets"],
+                        "resourceNames": ["prometheus-token"], "verbs": ["get"]}
+    assert len(secret_rules) == (1 if not mode else 2)  # one per Role in namespaces mode
+
+
+def test_rbac_can_be_left_to_the_user() -> None:
+    docs = render("rbac.create=false")
+    assert not [d for d in docs if d["kind"].endswith(("Role", "RoleBinding"))]
+    assert of_kind(docs, "ServiceAccount")
+
+
+# --- the operator Deployment ---------------------------------------------------------------------
+
+
+def test_deployment_runs_one_locked_down_operator() -> None:
+    dep = deployment(render())
+    spec = dep["spec"]
+    assert spec["replicas"] == 1
+    assert spec["strategy"] == {"type": "Recreate"}
+    pod = spec["template"]["spec"]
+    assert pod["serviceAccountName"] == "ir-inference-rollout"
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["runAsUser"] == 65532
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    (c,) = pod["containers"]
+    sc = c["securityContext"]
+    assert sc["allowPrivilegeEscalation"] is False
+    assert sc["readOnlyRootFilesystem"] is True
+    assert sc["privileged"] is False
+    assert sc["capabilities"] == {"drop": ["ALL"]}
+    assert c["resources"]["requests"].keys() == {"cpu", "memory"}
+    assert "memory" in c["resources"]["limits"]
+    # probes and ports: kopf's /healthz on 8080, metrics on 8081, JSON logs
+    ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+    assert ports == {"healthz": 8080, "metrics": 8081}
+    assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "healthz"}
+    args = c["args"]
+    assert args[args.index("--log-format") + 1] == "json"
+    assert args[args.index("--liveness-port") + 1] == "8080"
+    assert args[args.index("--metrics-port") + 1] == "8081"
+    assert c["image"] == "inference-rollout:0.1.0"  # appVersion when image.tag is empty
+    # the only writable path is an emptyDir on /tmp
+    assert c["volumeMounts"] == [{"name": "tmp", "mountPath": "/tmp"}]
+
+
+def test_metrics_service_and_optional_service_monitor() -> None:
+    docs = render()
+    (svc,) = of_kind(docs, "Service")
+    assert svc["spec"]["ports"] == [{"name": "metrics", "port": 8081, "targetPort": "metrics",
+                                     "protocol": "TCP"}]
+    dep_labels = deployment(docs)["spec"]["template"]["metadata"]["labels"]
+    assert svc["spec"]["selector"].items() <= dep_labels.items()
+    assert not of_kind(docs, "ServiceMonitor"), "off by default"
+    (sm,) = of_kind(render("metrics.serviceMonitor.enabled=true"), "ServiceMonitor")
+    assert sm["spec"]["endpoints"][0]["port"] == "metrics"
+    assert sm["spec"]["selector"]["matchLabels"].items() <= svc["metadata"]["labels"].items()
+
+
+def test_crds_come_from_the_chart_crds_directory() -> None:
+    crds = of_kind(render(include_crds=True), "CustomResourceDefinition")
+    assert [c["metadata"]["name"] for c in crds] == ["inferencerollouts.rollouts.inference.dev"]
+    top = yaml.safe_load((ROOT / "crds" / "rollouts.inference.dev_inferencerollouts.yaml")
+                         .read_text())
+    assert crds[0] == top
+
+
+# --- values validation ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("sets", "message"), [
+    (["watch.mode=everything"], "/watch/mode"),
+    (["watch.mode=namespaces"], "/watch/namespaces"),
+    (["watch.namespaces={a}"], "/watch/namespaces"),       # a list without namespaces mode
+    (["watch.mode=namespaces", "watch.namespaces={Not_A_Namespace}"], "/watch/namespaces"),
+    (["prometheus.bearerTokenSecret=bad name"], "/prometheus/bearerTokenSecret"),
+    (["operator.logFormat=xml"], "/operator/logFormat"),
+    (["replicaCount=2"], "additional properties"),         # one operator, by design
+])
+def test_the_schema_rejects_bad_values(sets: list[str], message: str) -> None:
+    args = ["template", "ir", str(CHART)]
+    for s in sets:
+        args += ["--set", s]
+    proc = helm(*args, check=False)
+    assert proc.returncode != 0, f"helm accepted {sets}"
+    assert message in proc.stderr, proc.stderr
+
+
+def test_helm_lint_passes() -> None:
+    for sets in ([], ["watch.mode=namespaces", "watch.namespaces={a,b}"]):
+        args = ["lint", str(CHART), "--strict"]
+        for s in sets:
+            args += ["--set", s]
+        helm(*args)
+
+
+def test_notes_describe_the_mode() -> None:
+    out = helm("install", "ir", str(CHART), "--dry-run=client", "--namespace", "ops",
+               "--set", "watch.mode=namespaces", "--set", "watch.namespaces={a,b}").stdout
+    assert "It watches InferenceRollouts in: a, b (a Role in each)." in out
+    assert "It can read no Secret" in out
