@@ -50,6 +50,8 @@ async def _post_event(body: dict[str, Any], event: RecordEvent) -> None:
 
 
 def configure(settings: kopf.OperatorSettings) -> None:
+    # One line per API request drowns the rollout story: requests are counted in /metrics.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
     settings.persistence.finalizer = FINALIZER
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
