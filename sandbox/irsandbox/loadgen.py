@@ -337,6 +337,35 @@ def check_json(text: str, expected: Any) -> bool:
         return False
 
 
+class ClientPool:
+    """Several small ``httpx.AsyncClient``s instead of one large one: httpcore's connection pool
+    scans all its connections for every request, so one client with 32 connections serves about a
+    third of the requests per second that 16 clients with 2 connections each do. Each request
+    takes the client with the fewest requests in flight."""
+
+    PER_CLIENT = 2
+
+    def __init__(self, concurrency: int, timeout: float) -> None:
+        n = max(1, math.ceil(concurrency / self.PER_CLIENT))
+        limits = httpx.Limits(max_connections=self.PER_CLIENT,
+                              max_keepalive_connections=self.PER_CLIENT)
+        self.clients = [httpx.AsyncClient(timeout=httpx.Timeout(timeout, connect=5.0),
+                                          limits=limits, trust_env=False) for _ in range(n)]
+        self.inflight = [0] * n
+
+    @contextlib.asynccontextmanager
+    async def client(self) -> Any:
+        i = min(range(len(self.clients)), key=self.inflight.__getitem__)
+        self.inflight[i] += 1
+        try:
+            yield self.clients[i]
+        finally:
+            self.inflight[i] -= 1
+
+    async def aclose(self) -> None:
+        await asyncio.gather(*(c.aclose() for c in self.clients))
+
+
 async def _one(client: httpx.AsyncClient, url: str, headers: dict[str, str],
                body: dict[str, Any], expected: Any, result: RequestResult,
                attribute: Attribution) -> None:
@@ -430,10 +459,9 @@ async def run_load(
     rng = random.Random(seed)
     results: list[RequestResult] = []
     sem = asyncio.Semaphore(concurrency)
-    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
     loop = asyncio.get_running_loop()
-    async with httpx.AsyncClient(timeout=httpx.Timeout(timeout, connect=5.0), limits=limits,
-                                 trust_env=False) as client:
+    pool = ClientPool(concurrency, timeout)
+    try:
         tasks: set[asyncio.Task[None]] = set()
         t0 = loop.time()
         i = 0
@@ -464,7 +492,9 @@ async def run_load(
             async def go(result: RequestResult = result, body: dict[str, Any] = body,
                          expected: Any = expected) -> None:
                 try:
-                    await _one(client, endpoint, headers, body, expected, result, attribute)
+                    async with pool.client() as client:
+                        await _one(client, endpoint, headers, body, expected, result,
+                                   attribute)
                 finally:
                     sem.release()
                     if metrics is not None:
@@ -479,6 +509,8 @@ async def run_load(
         if tasks:
             await asyncio.gather(*tasks)
         elapsed = loop.time() - t0
+    finally:
+        await pool.aclose()
     return build_report(results, elapsed)
 
 

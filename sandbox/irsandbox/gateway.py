@@ -1,0 +1,392 @@
+"""The sandbox gateway: an nginx whose config follows the cluster's HTTPRoutes.
+
+Watches HTTPRoutes (gateway.networking.k8s.io/v1), Services, EndpointSlices, InferencePools
+(inference.networking.k8s.io/v1, when the CRD is installed), Pods, and the bridge's endpoint map
+(``<state>/bridge/endpoints.json``); renders ``<state>/nginx/nginx.conf`` (see
+:mod:`irsandbox.nginxconf`), checks it with ``nginx -t`` and reloads nginx gracefully (SIGHUP:
+new workers take new connections, old ones finish their requests, nothing is dropped). After a
+reload it waits until nginx answers with the new config's version, then writes
+``<state>/gateway/state.json`` and each HTTPRoute's ``status.parents`` (Accepted, ResolvedRefs,
+with the route's ``observedGeneration``): a client that sees the route's generation there knows
+the weights of that generation are in effect.
+
+nginx runs as a child in its own session with its own prefix under ``<state>/nginx``, listening on
+127.0.0.1 only, pid file ``<state>/pids/nginx.pid``. The controller stops it when it exits
+(``--keep-nginx-on-exit``: leave it; a restarted controller adopts a running nginx).
+
+    python -m irsandbox.gateway [--listen 127.0.0.1:18080] [--kubeconfig PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+import httpx
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from . import nginxconf
+from .common import (
+    DEFAULT_GATEWAY_PORT,
+    pid_cmdline,
+    read_json,
+    sandbox_env,
+    setup_logging,
+    state_dir,
+    write_json_atomic,
+    write_text_atomic,
+)
+from .kube import Informer, load_kube_config, wait_synced
+from .nginxconf import PodInfo, RouteRes
+
+log = logging.getLogger("gateway")
+
+
+def now_rfc3339() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def default_listen() -> str:
+    url = sandbox_env().get("GATEWAY_URL")
+    if url:
+        u = urlparse(url)
+        return f"{u.hostname or '127.0.0.1'}:{u.port or DEFAULT_GATEWAY_PORT}"
+    return f"127.0.0.1:{DEFAULT_GATEWAY_PORT}"
+
+
+def load_endpoints(path: Path) -> dict[str, PodInfo]:
+    doc = read_json(path, {}) or {}
+    out: dict[str, PodInfo] = {}
+    for key, pod in (doc.get("pods") or {}).items():
+        if isinstance(pod, dict) and pod.get("address"):
+            out[key] = PodInfo(address=str(pod["address"]), rollout=str(pod.get("rollout") or ""),
+                               revision=str(pod.get("revision") or ""))
+    return out
+
+
+def route_status(route: dict[str, Any], res: RouteRes) -> list[dict[str, Any]]:
+    """``status.parents`` for an HTTPRoute: every parentRef accepted by this gateway; ResolvedRefs
+    False when a backendRef names nothing (BackendNotFound) or an unsupported kind (InvalidKind)."""
+    gen = int(route["metadata"].get("generation") or 0)
+    problems = [b for rule in res.rules for b in rule.backends if b.problem]
+    other = [p for rule in res.rules for p in rule.problems]
+    resolved = {
+        "type": "ResolvedRefs", "observedGeneration": gen,
+        "status": "False" if problems else "True",
+        "reason": problems[0].problem if problems else "ResolvedRefs",
+        "message": "; ".join(f"{b.ref}: {b.problem}" for b in problems) or "all backendRefs "
+                   "resolved",
+    }
+    accepted = {
+        "type": "Accepted", "observedGeneration": gen, "status": "True", "reason": "Accepted",
+        "message": "; ".join(other) or "programmed into the sandbox nginx",
+    }
+    parents = []
+    for ref in (route.get("spec") or {}).get("parentRefs") or []:
+        parents.append({
+            "parentRef": ref, "controllerName": nginxconf.CONTROLLER_NAME,
+            "conditions": [accepted, resolved],
+        })
+    return parents
+
+
+def _same_conditions(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> bool:
+    def strip(parents: list[dict[str, Any]]) -> list[Any]:
+        return [(p.get("parentRef"), p.get("controllerName"),
+                 [{k: v for k, v in c.items() if k != "lastTransitionTime"}
+                  for c in p.get("conditions") or []]) for p in parents]
+    return strip(old) == strip(new)
+
+
+class Gateway:
+    def __init__(self, api: client.ApiClient, state: Path, listen: str,
+                 nginx_bin: str = "nginx") -> None:
+        self.api = api
+        self.state = state
+        self.listen = listen
+        self.nginx_bin = nginx_bin
+        self.dir = state / "gateway"
+        self.nginx_dir = state / "nginx"
+        self.conf = self.nginx_dir / "nginx.conf"
+        self.pidfile = state / "pids" / "nginx.pid"
+        self.endpoints_file = state / "bridge" / "endpoints.json"
+        for d in (self.dir, self.nginx_dir / "tmp", state / "pids", state / "logs"):
+            d.mkdir(parents=True, exist_ok=True)
+        self.custom = client.CustomObjectsApi(api)
+        core = client.CoreV1Api(api)
+        disc = client.DiscoveryV1Api(api)
+        self.wake = threading.Event()
+        self.stop = threading.Event()
+        h = self._on_event
+        self.routes = Informer("httproutes", self.custom.list_cluster_custom_object,
+                               "gateway.networking.k8s.io", "v1", "httproutes", handler=h)
+        self.services = Informer("services", core.list_service_for_all_namespaces, handler=h)
+        self.slices = Informer("endpointslices", disc.list_endpoint_slice_for_all_namespaces,
+                               handler=h)
+        self.pools = Informer("inferencepools", self.custom.list_cluster_custom_object,
+                              "inference.networking.k8s.io", "v1", "inferencepools", handler=h)
+        self.pods = Informer("pods", core.list_pod_for_all_namespaces, handler=h)
+        self.informers = [self.routes, self.services, self.slices, self.pools, self.pods]
+        self.nginx: subprocess.Popen[bytes] | None = None
+        self.version = ""
+        self._endpoints_mtime = 0.0
+        self._status_written: dict[str, Any] = {}
+        self.http = httpx.Client(timeout=1.0, trust_env=False)
+
+    def _on_event(self, event: str, obj: dict[str, Any]) -> None:
+        self.wake.set()
+
+    # --- nginx process ----------------------------------------------------------------------
+
+    def _nginx_cmd(self, *extra: str) -> list[str]:
+        return [self.nginx_bin, "-p", str(self.nginx_dir), "-c", str(self.conf),
+                "-e", str(self.state / "logs" / "nginx-error.log"), *extra]
+
+    def nginx_pid(self) -> int:
+        try:
+            pid = int(self.pidfile.read_text().strip())
+        except (OSError, ValueError):
+            return 0
+        cmd = pid_cmdline(pid)
+        return pid if "nginx" in cmd and str(self.conf) in cmd else 0
+
+    def test_config(self, text: str) -> str:
+        """Returns "" if nginx accepts ``text``, else nginx's error."""
+        candidate = self.nginx_dir / "nginx.conf.next"
+        write_text_atomic(candidate, text)
+        r = subprocess.run(
+            [self.nginx_bin, "-t", "-q", "-p", str(self.nginx_dir), "-c", str(candidate),
+             "-e", str(self.state / "logs" / "nginx-error.log")],
+            capture_output=True, text=True, check=False)
+        return "" if r.returncode == 0 else (r.stderr or r.stdout).strip()
+
+    def apply(self, text: str) -> bool:
+        err = self.test_config(text)
+        if err:
+            log.error("nginx rejected the rendered config (kept the previous one): %s", err)
+            return False
+        write_text_atomic(self.conf, text)
+        pid = self.nginx_pid()
+        if pid:
+            os.kill(pid, signal.SIGHUP)
+        else:
+            log.info("starting nginx on %s", self.listen)
+            self.nginx = subprocess.Popen(
+                self._nginx_cmd(), stdin=subprocess.DEVNULL,
+                stdout=open(self.state / "logs" / "nginx.out", "ab"),  # noqa: SIM115
+                stderr=subprocess.STDOUT, start_new_session=True, cwd=str(self.nginx_dir))
+        version = nginxconf.config_version(text)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            if self.healthz() == version:
+                self.version = version
+                return True
+            if self.nginx is not None and self.nginx.poll() is not None:
+                log.error("nginx exited with %s; see %s", self.nginx.returncode,
+                          self.state / "logs" / "nginx-error.log")
+                self.nginx = None
+                return False
+            time.sleep(0.02)
+        log.error("nginx did not answer with config %s within 10s", version)
+        return False
+
+    def healthz(self) -> str:
+        try:
+            r = self.http.get(f"http://{self.listen}/-/gateway/healthz",
+                              headers={"Connection": "close"})
+        except httpx.HTTPError:
+            return ""
+        text = r.text.strip()
+        return text.split()[-1] if r.status_code == 200 and text else ""
+
+    # --- render -------------------------------------------------------------------------------
+
+    def render(self) -> tuple[str, list[RouteRes], dict[str, PodInfo]]:
+        endpoints = load_endpoints(self.endpoints_file)
+        routes = nginxconf.resolve(
+            self.routes.items(), self.services.items(), self.slices.items(),
+            self.pools.items() if self.pools.available else [], self.pods.items(), endpoints)
+        opts = nginxconf.Options(listen=self.listen, state_dir=str(self.state),
+                                 run_as_root=os.geteuid() == 0)
+        return nginxconf.render(routes, endpoints, opts), routes, endpoints
+
+    def write_state(self, routes: list[RouteRes], endpoints: dict[str, PodInfo]) -> None:
+        doc: dict[str, Any] = {"version": self.version, "time": now_rfc3339(),
+                               "listen": self.listen, "pid": os.getpid(),
+                               "nginx_pid": self.nginx_pid(), "routes": {}}
+        for r in routes:
+            doc["routes"][r.key] = {
+                "generation": r.generation, "hostnames": r.hostnames,
+                "rules": [{
+                    "index": rule.index, "locations": rule.locations, "upstream": rule.upstream,
+                    "backends": [{"ref": b.ref, "weight": b.weight, "pods": b.pods,
+                                  "problem": b.problem} for b in rule.backends],
+                    "servers": [{"address": s.address, "weight": s.weight, "pod": s.pod,
+                                 "revision": endpoints[s.pod].revision if s.pod in endpoints
+                                 else ""} for s in rule.servers],
+                    "problems": rule.problems,
+                } for rule in r.rules],
+            }
+        write_json_atomic(self.dir / "state.json", doc)
+
+    def write_route_status(self, routes: list[RouteRes]) -> None:
+        by_key = {Informer.key_of(r): r for r in self.routes.items()}
+        for res in routes:
+            route = by_key.get(res.key)
+            if route is None:
+                continue
+            ours = route_status(route, res)
+            current = [p for p in (route.get("status") or {}).get("parents") or []
+                       if p.get("controllerName") == nginxconf.CONTROLLER_NAME]
+            if _same_conditions(current, ours) or self._status_written.get(res.key) == (
+                res.generation, repr(ours)
+            ):
+                continue
+            others = [p for p in (route.get("status") or {}).get("parents") or []
+                      if p.get("controllerName") != nginxconf.CONTROLLER_NAME]
+            now = now_rfc3339()
+            for p in ours:
+                for c in p["conditions"]:
+                    c["lastTransitionTime"] = now
+            try:
+                self.custom.patch_namespaced_custom_object_status(
+                    "gateway.networking.k8s.io", "v1", res.namespace, "httproutes", res.name,
+                    {"status": {"parents": others + ours}},
+                    _content_type="application/merge-patch+json")
+                self._status_written[res.key] = (res.generation, repr(ours))
+            except ApiException as e:
+                if e.status != 404:
+                    log.warning("%s: route status patch failed: %s %s", res.key, e.status,
+                                e.reason)
+
+    # --- loop -------------------------------------------------------------------------------
+
+    def sync(self) -> None:
+        text, routes, endpoints = self.render()
+        version = nginxconf.config_version(text)
+        if version != self.version or not self.nginx_pid():
+            t0 = time.monotonic()
+            if not self.apply(text):
+                return
+            log.info("nginx config %s active in %.0f ms: %s", version,
+                     (time.monotonic() - t0) * 1000, summary(routes) or "no routes")
+        self.write_state(routes, endpoints)
+        self.write_route_status(routes)
+
+    def _endpoints_changed(self) -> bool:
+        try:
+            mtime = self.endpoints_file.stat().st_mtime
+        except OSError:
+            mtime = 0.0
+        if mtime != self._endpoints_mtime:
+            self._endpoints_mtime = mtime
+            return True
+        return False
+
+    def run(self) -> None:
+        pid = self.nginx_pid()
+        if pid:
+            log.info("adopting running nginx pid %s", pid)
+            with contextlib.suppress(OSError):
+                self.version = nginxconf.config_version(self.conf.read_text())
+        for inf in self.informers:
+            inf.start()
+        if not wait_synced(self.informers, timeout=120):
+            raise SystemExit("gateway: could not list routes/services/endpointslices")
+        self._endpoints_changed()
+        self.version = "" if not pid else self.version
+        self.sync()
+        while not self.stop.is_set():
+            woke = self.wake.wait(0.1)
+            if self._endpoints_changed():
+                woke = True
+            if not woke:
+                continue
+            time.sleep(0.05)  # coalesce bursts (a rollout step touches several objects)
+            self.wake.clear()
+            try:
+                self.sync()
+            except Exception:
+                log.exception("sync failed")
+
+    def shutdown(self, stop_nginx: bool) -> None:
+        """Stop nginx gracefully (SIGQUIT: finish in-flight requests; SIGTERM after 10 s).
+
+        The controller stops its nginx because nothing else can tell it is the sandbox's: nginx
+        overwrites its environment (setproctitle), so sandbox/down.sh's marker check cannot
+        see it."""
+        if not stop_nginx:
+            return
+        pid = self.nginx_pid()
+        if not pid:
+            return
+        log.info("stopping nginx pid %s", pid)
+        os.kill(pid, signal.SIGQUIT)
+        deadline = time.monotonic() + 10
+        while self.nginx_pid() and time.monotonic() < deadline:
+            if self.nginx is not None:
+                self.nginx.poll()
+            time.sleep(0.05)
+        if self.nginx_pid():
+            os.kill(pid, signal.SIGTERM)
+
+
+def summary(routes: list[RouteRes]) -> str:
+    parts = []
+    for r in routes:
+        for rule in r.rules:
+            backends = ", ".join(f"{b.name}={b.weight}({len(b.pods)})" for b in rule.backends)
+            parts.append(f"{r.key}#{rule.index}[{backends}]")
+    return "; ".join(parts)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m irsandbox.gateway", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--listen", default=None,
+                        help="host:port (default: from GATEWAY_URL, else 127.0.0.1:18080)")
+    parser.add_argument("--kubeconfig", default=None)
+    parser.add_argument("--state-dir", default=None)
+    parser.add_argument("--nginx", default=shutil.which("nginx") or "/usr/sbin/nginx")
+    parser.add_argument("--keep-nginx-on-exit", action="store_true",
+                        help="leave nginx running when the controller exits (a restarted "
+                             "controller adopts it)")
+    parser.add_argument("-v", "--verbose", action="store_true")
+    args = parser.parse_args(argv)
+    setup_logging("gateway", args.verbose)
+    state = Path(args.state_dir).resolve() if args.state_dir else state_dir()
+    if args.state_dir:
+        os.environ["IR_STATE"] = str(state)
+    listen = args.listen or default_listen()
+    host = listen.rsplit(":", 1)[0]
+    if host not in ("127.0.0.1", "localhost", "[::1]"):
+        parser.error("the sandbox gateway listens on loopback only")
+    gw = Gateway(load_kube_config(args.kubeconfig), state, listen, args.nginx)
+
+    def _stop(signum: int, _frame: Any) -> None:
+        log.info("signal %s: exiting", signum)
+        gw.stop.set()
+        gw.wake.set()
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    try:
+        gw.run()
+    finally:
+        gw.shutdown(not args.keep_nginx_on_exit)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# up.d hook: start the gateway controller (python -m irsandbox.gateway), which renders nginx config
+# from HTTPRoutes and runs nginx on GATEWAY_URL (127.0.0.1:18080). See docs/sandbox-bridge.md.
+# Idempotent: a running controller is left alone (it adopts a running nginx after a restart).
+# Logs: .sandbox/logs/gateway.log, nginx-error.log, nginx-access.log;
+# PIDs: .sandbox/pids/gateway.pid (controller), .sandbox/pids/nginx.pid (nginx master).
+set -euo pipefail
+
+# shellcheck source=sandbox/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
+
+PY="${IR_PYTHON:-${IR_REPO}/.venv/bin/python}"
+[[ -x "${PY}" ]] || die "python ${PY} not found (make venv, or set IR_PYTHON)"
+NGINX="$(command -v nginx || true)"
+[[ -n "${NGINX}" ]] || NGINX=/usr/sbin/nginx
+[[ -x "${NGINX}" ]] || die "nginx is not installed (bash sandbox/build.sh apt)"
+
+port="${IR_GATEWAY_PORT:-${GATEWAY_PORT}}"
+healthz="http://${IR_HOST}:${port}/-/gateway/healthz"
+
+if pid="$(sandbox_pid "${IR_PIDS}/gateway.pid")"; then
+  log gateway "already running (pid ${pid})"
+  exit 0
+fi
+# a port held by something that is not our nginx is a conflict, not ours to kill
+if port_open "${port}" && ! sandbox_pid "${IR_PIDS}/nginx.pid" >/dev/null; then
+  die "port ${port} is taken by another process; free it or set GATEWAY_PORT"
+fi
+
+export PYTHONPATH="${IR_SANDBOX_DIR}${PYTHONPATH:+:${PYTHONPATH}}"
+rm -f "${IR_STATE}/gateway/state.json"
+start_process gateway "${PY}" -m irsandbox.gateway --state-dir "${IR_STATE}" \
+  --listen "${IR_HOST}:${port}" --nginx "${NGINX}"
+
+wait_for "gateway (nginx on ${IR_HOST}:${port})" 60 "${IR_LOGS}/gateway.log" \
+  curl -sf --max-time 1 "${healthz}"
+wait_for "gateway state" 30 "${IR_LOGS}/gateway.log" test -s "${IR_STATE}/gateway/state.json"
+log gateway "running (pid $(sandbox_pid "${IR_PIDS}/gateway.pid"), nginx pid $(cat "${IR_PIDS}/nginx.pid" 2>/dev/null)) on http://${IR_HOST}:${port}"
