@@ -67,13 +67,16 @@ def helm(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
 
 
 def render(*sets: str, namespace: str = "ir-system", release: str = "ir",
-           include_crds: bool = False) -> list[dict[str, Any]]:
-    """`helm template` of the chart with ``--set`` values; the documents, parsed."""
+           include_crds: bool = False, strings: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+    """`helm template` of the chart with ``--set`` (and ``--set-string``) values; the
+    documents, parsed."""
     args = ["template", release, str(CHART), "--namespace", namespace]
     if include_crds:
         args.append("--include-crds")
     for s in sets:
         args += ["--set", s]
+    for s in strings:
+        args += ["--set-string", s]
     return [d for d in yaml.safe_load_all(helm(*args).stdout) if d]
 
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import lupa.lua51 as lupa  # a dev dependency (pyproject.toml): Lua 5.1, as Argo CD's gopher-lua
 import pytest
+import yaml
 
 from inference_rollout.api.status import Condition, InferenceRolloutStatus
 
@@ -240,3 +241,15 @@ def test_the_vm_withholds_what_argo_cd_withholds(tmp_path: Path) -> None:
         script.write_text(f"return {call}")
         with pytest.raises(lupa.LuaError):
             run_lua(script, {})
+
+
+def test_the_argocd_cm_patch_carries_exactly_these_scripts() -> None:
+    # deploy/argocd/argocd-cm.yaml is what users apply; the .lua files are what is tested above.
+    cm = yaml.safe_load((ARGOCD / "argocd-cm.yaml").read_text())
+    data = cm["data"]
+    key = "rollouts.inference.dev_InferenceRollout"
+    assert data[f"resource.customizations.health.{key}"] == (ARGOCD / "health.lua").read_text()
+    actions = yaml.safe_load(data[f"resource.customizations.actions.{key}"])
+    assert actions["discovery.lua"] == (ARGOCD / "actions" / "discovery.lua").read_text()
+    assert {d["name"]: d["action.lua"] for d in actions["definitions"]} == {
+        a: (ARGOCD / "actions" / a / "action.lua").read_text() for a in ACTIONS}
