@@ -73,12 +73,15 @@ class Cluster:
         """Server-side apply of the committed CRD, then wait until it is Established."""
         body = yaml.safe_load(CRD_FILE.read_text())
         name = body["metadata"]["name"]
-        self.api.call_api(
-            f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}", "PATCH",
-            query_params=[("fieldManager", "inference-rollout-tests"), ("force", "true")],
-            header_params={"Content-Type": "application/apply-patch+yaml"},
-            body=body, response_type="object", auth_settings=["BearerToken"],
-            _return_http_data_only=True)
+        try:
+            self.ext.read_custom_resource_definition(name)
+            self.ext.patch_custom_resource_definition(
+                name, body, field_manager="inference-rollout-tests", force=True,
+                _content_type="application/apply-patch+yaml")
+        except ApiException as e:
+            if e.status != 404:
+                raise
+            self.ext.create_custom_resource_definition(body)
 
         def established() -> bool:
             crd = self.ext.read_custom_resource_definition(name)
