@@ -75,8 +75,11 @@ step_crds() {
   log crds "InferencePool CRD ${GATEWAY_API_INFERENCE_EXTENSION_VERSION} in ${ip}"
 }
 
-# go_install_bin NAME MODULE VERSION PACKAGE [LDFLAGS]: `go install pkg@version` into the cache.
-go_install_bin() {
+# wrapper_build NAME MODULE VERSION PACKAGE [LDFLAGS]: build PACKAGE of MODULE@VERSION through a
+# generated wrapper module ($IR_CACHE/src/NAME-VERSION) that requires MODULE at VERSION with the same
+# `go` and `godebug` lines. (Not `go install pkg@version`: it also reads the module's version list,
+# which some proxies, e.g. a curated mirror, do not serve.)
+wrapper_build() {
   local name="$1" module="$2" version="$3" pkg="$4" ldflags="${5:-}"
   local out
   out="$(cached_bin "${name}" "${version}")"
@@ -84,69 +87,47 @@ go_install_bin() {
     log "${name}" "cached ${out}"
     return
   fi
-  log "${name}" "building ${module}@${version} (go install ${pkg})"
-  local gobin
-  gobin="$(mktemp -d "${IR_CACHE}/src/gobin.XXXXXX")"
-  GOBIN="${gobin}" go install "${GO_BUILD_FLAGS[@]}" -ldflags "-s -w ${ldflags}" "${pkg}@${version}"
-  mv "${gobin}/$(basename "${pkg}")" "${out}"
-  rmdir "${gobin}"
+  local src="${IR_CACHE}/src/${name}-${version}" info gomod
+  log "${name}" "generating wrapper module ${src} for ${module}@${version}"
+  rm -rf "${src}" && mkdir -p "${src}"
+  info="$(go_info "${module}" "${version}")"
+  gomod="$(jq -r .GoMod <<<"${info}")"
+  {
+    printf 'module inference-rollout.local/sandbox/%s\n\n' "${name}"
+    sed -n 's/^go .*/&/p; s/^godebug .*/&/p' "${gomod}"
+    printf '\nrequire %s %s\n' "${module}" "${version}"
+  } >"${src}/go.mod"
+  printf '//go:build tools\n\npackage tools\n\nimport _ "%s"\n' "${pkg}" >"${src}/tools.go"
+  log "${name}" "resolving modules (go mod tidy)"
+  (cd "${src}" && go mod tidy)
+  log "${name}" "compiling ${pkg}"
+  (cd "${src}" && go build "${GO_BUILD_FLAGS[@]}" -ldflags "-s -w ${ldflags}" -o "${out}.tmp" "${pkg}")
+  mv "${out}.tmp" "${out}"
   log "${name}" "built ${out}"
 }
 
 step_kwok() {
-  go_install_bin kwok sigs.k8s.io/kwok "${KWOK_VERSION}" sigs.k8s.io/kwok/cmd/kwok
+  wrapper_build kwok sigs.k8s.io/kwok "${KWOK_VERSION}" sigs.k8s.io/kwok/cmd/kwok
 }
 
+# Pure Go (CGO_ENABLED=0): with a model name unknown to HuggingFace, or --force-dummy-tokenizer,
+# it tokenizes with a built-in regex tokenizer and needs no network.
 step_sim() {
-  go_install_bin llm-d-inference-sim github.com/llm-d/llm-d-inference-sim "${LLM_D_INFERENCE_SIM_VERSION}" \
+  wrapper_build llm-d-inference-sim github.com/llm-d/llm-d-inference-sim "${LLM_D_INFERENCE_SIM_VERSION}" \
     github.com/llm-d/llm-d-inference-sim/cmd/llm-d-inference-sim
 }
 
 step_helm() {
-  go_install_bin helm helm.sh/helm/v4 "${HELM_VERSION}" helm.sh/helm/v4/cmd/helm \
+  wrapper_build helm helm.sh/helm/v4 "${HELM_VERSION}" helm.sh/helm/v4/cmd/helm \
     "-X helm.sh/helm/v4/internal/version.version=${HELM_VERSION} -X helm.sh/helm/v4/internal/version.gitTreeState=clean"
 }
 
-# --- etcd: wrapper module requiring go.etcd.io/etcd/server/v3 -----------------------------------
+# etcd: the server's main package is the root of go.etcd.io/etcd/server/v3 (3.6).
 step_etcd() {
-  local out
-  out="$(cached_bin etcd "${ETCD_VERSION}")"
-  if have_all "${out}"; then
-    log etcd "cached ${out}"
-    return
-  fi
-  local src="${IR_CACHE}/src/etcd-${ETCD_VERSION}"
-  log etcd "generating wrapper module ${src}"
-  rm -rf "${src}" && mkdir -p "${src}"
-  local info hash
-  info="$(go_info go.etcd.io/etcd/server/v3 "${ETCD_VERSION}")"
-  hash="$(jq -r '.Origin.Hash // "unknown"' <<<"${info}")"
-  (
-    cd "${src}"
-    local gover
-    gover="$(sed -n 's/^go //p' "$(jq -r .GoMod <<<"${info}")")"
-    cat >go.mod <<EOF
-module inference-rollout.local/sandbox/etcd
-
-go ${gover}
-
-require go.etcd.io/etcd/server/v3 ${ETCD_VERSION}
-EOF
-    cat >tools.go <<'EOF'
-//go:build tools
-
-package tools
-
-import _ "go.etcd.io/etcd/server/v3"
-EOF
-    log etcd "resolving modules (go mod tidy)"
-    go mod tidy
-    log etcd "compiling etcd ${ETCD_VERSION}"
-    go build "${GO_BUILD_FLAGS[@]}" -ldflags "-s -w -X go.etcd.io/etcd/api/v3/version.GitSHA=${hash:0:10}" \
-      -o "${out}.tmp" go.etcd.io/etcd/server/v3
-  )
-  mv "${out}.tmp" "${out}"
-  log etcd "built ${out}"
+  local hash
+  hash="$(go_info go.etcd.io/etcd/server/v3 "${ETCD_VERSION}" | jq -r '.Origin.Hash // "unknown"')"
+  wrapper_build etcd go.etcd.io/etcd/server/v3 "${ETCD_VERSION}" go.etcd.io/etcd/server/v3 \
+    "-X go.etcd.io/etcd/api/v3/version.GitSHA=${hash:0:10}"
 }
 
 # --- Kubernetes: wrapper module requiring k8s.io/kubernetes, staging modules replaced ------------

@@ -99,7 +99,7 @@ sandbox_pid() {
   [[ "${pid}" =~ ^[0-9]+$ ]] || return 1
   [[ -r "/proc/${pid}/environ" ]] || return 1
   grep -q '^State:[[:space:]]*Z' "/proc/${pid}/status" 2>/dev/null && return 1
-  tr '\0' '\n' <"/proc/${pid}/environ" 2>/dev/null | grep -qxF "IR_SANDBOX_STATE=${IR_STATE}" || return 1
+  tr '\0' '\n' 2>/dev/null <"/proc/${pid}/environ" | grep -qxF "IR_SANDBOX_STATE=${IR_STATE}" || return 1
   printf '%s\n' "${pid}"
 }
 
@@ -114,7 +114,7 @@ start_process() {
   printf '\n==== %s start %s: %s\n' "$(date -u +%FT%TZ)" "${name}" "$*" >>"${logfile}"
   # shellcheck disable=SC2016 # $$, $0 and $@ are expanded by the inner bash
   IR_SANDBOX_STATE="${IR_STATE}" setsid bash -c 'printf "%s\n" "$$" >"$0.tmp" && mv "$0.tmp" "$0" && exec "$@"' \
-    "${pidfile}.new" "$@" >>"${logfile}" 2>&1 </dev/null &
+    "${pidfile}.new" "$@" >>"${logfile}" 2>&1 </dev/null 8>&- 9>&- &
   local i
   for ((i = 0; i < 50; i++)); do
     [[ -s "${pidfile}.new" ]] && break
@@ -146,4 +146,14 @@ stop_process() {
   fi
   rm -f "${pidfile}"
   log down "${name}: stopped (pid ${pid})"
+}
+
+# lock_state: serialize up.sh and down.sh runs on one state dir (fd 8, released at exit).
+lock_state() {
+  mkdir -p "${IR_STATE}"
+  exec 8>"${IR_STATE}/.lock"
+  if ! flock -n 8; then
+    log lock "another up.sh/down.sh is running on ${IR_STATE}; waiting"
+    flock -w 600 8 || die "timed out waiting for ${IR_STATE}/.lock"
+  fi
 }

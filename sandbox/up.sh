@@ -1,0 +1,381 @@
+#!/usr/bin/env bash
+# Start the sandbox cluster on 127.0.0.1 (idempotent: running parts are left alone):
+#   etcd, kube-apiserver (RBAC), kube-controller-manager, kube-scheduler, KWOK with 4 fake GPU
+#   nodes, Gateway API + InferencePool CRDs, Prometheus; then the hooks in sandbox/up.d/*.sh.
+# State (git-ignored) under <repo>/.sandbox/: kubeconfig, env, pki/, logs/, pids/, etcd/, ...
+# Binaries come from the cache that sandbox/build.sh fills (run automatically when missing).
+set -euo pipefail
+
+# shellcheck source=sandbox/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+PKI="${IR_STATE}/pki"
+KCFG="${IR_STATE}/kubeconfigs"
+SBIN="${IR_STATE}/bin"
+PROM_DIR="${IR_STATE}/prometheus"
+GPU_NODES="${IR_GPU_NODES:-4}"
+SERVICE_CIDR=10.96.0.0/16
+SA_ISSUER=https://kubernetes.default.svc.cluster.local
+
+# --- binaries -------------------------------------------------------------------------------------
+ensure_binaries() {
+  local name version missing=0
+  while read -r name version; do
+    [[ -x "$(cached_bin "${name}" "${version}")" ]] || missing=1
+  done < <(sandbox_binaries)
+  [[ -d "${IR_CACHE}/crds/gateway-api-${GATEWAY_API_VERSION}" ]] || missing=1
+  [[ -d "${IR_CACHE}/crds/gateway-api-inference-extension-${GATEWAY_API_INFERENCE_EXTENSION_VERSION}" ]] || missing=1
+  command -v prometheus >/dev/null || missing=1
+  if ((missing)); then
+    log build "binaries missing from ${IR_CACHE}; running sandbox/build.sh (the first build takes long)"
+    bash "${IR_SANDBOX_DIR}/build.sh"
+  fi
+  # .sandbox/bin: unversioned names (kubectl, helm, ...) for PATH, pointing into the cache.
+  mkdir -p "${SBIN}"
+  while read -r name version; do
+    ln -sfn "$(cached_bin "${name}" "${version}")" "${SBIN}/${name}"
+  done < <(sandbox_binaries)
+}
+
+# --- PKI (openssl; generated once, kept across restarts) ----------------------------------------
+# gen_cert NAME SUBJECT EXTENSIONS: EC P-256 key and a cert signed by the sandbox CA.
+gen_cert() {
+  local name="$1" subj="$2" ext="$3"
+  [[ -s "${PKI}/${name}.crt" && -s "${PKI}/${name}.key" ]] && return 0
+  openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
+    -keyout "${PKI}/${name}.key" -subj "${subj}" -out "${PKI}/${name}.csr" 2>/dev/null
+  printf '%s\n' "${ext}" >"${PKI}/${name}.ext"
+  openssl x509 -req -in "${PKI}/${name}.csr" -CA "${PKI}/ca.crt" -CAkey "${PKI}/ca.key" \
+    -CAcreateserial -days 3650 -sha256 -extfile "${PKI}/${name}.ext" -out "${PKI}/${name}.crt" 2>/dev/null
+  rm -f "${PKI}/${name}.csr" "${PKI}/${name}.ext"
+}
+
+ensure_pki() {
+  mkdir -p "${PKI}"
+  chmod 700 "${PKI}"
+  if [[ ! -s "${PKI}/ca.crt" ]]; then
+    log pki "creating CA and certificates in ${PKI}"
+    rm -f "${PKI}"/*.crt "${PKI}"/*.key
+    openssl req -x509 -new -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
+      -keyout "${PKI}/ca.key" -out "${PKI}/ca.crt" -days 3650 -sha256 \
+      -subj "/CN=inference-rollout-sandbox-ca" \
+      -addext "basicConstraints=critical,CA:TRUE" \
+      -addext "keyUsage=critical,keyCertSign,cRLSign,digitalSignature" 2>/dev/null
+  fi
+  local client='basicConstraints=CA:FALSE
+keyUsage=critical,digitalSignature
+extendedKeyUsage=clientAuth'
+  gen_cert kube-apiserver "/CN=kube-apiserver" 'basicConstraints=CA:FALSE
+keyUsage=critical,digitalSignature
+extendedKeyUsage=serverAuth
+subjectAltName=IP:127.0.0.1,IP:10.96.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local'
+  if [[ ! -s "${PKI}/front-proxy-ca.crt" ]]; then
+    # Aggregation layer (requestheader authentication), for API servers such as metrics-server.
+    openssl req -x509 -new -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
+      -keyout "${PKI}/front-proxy-ca.key" -out "${PKI}/front-proxy-ca.crt" -days 3650 -sha256 \
+      -subj "/CN=inference-rollout-sandbox-front-proxy-ca" \
+      -addext "basicConstraints=critical,CA:TRUE" \
+      -addext "keyUsage=critical,keyCertSign,cRLSign,digitalSignature" 2>/dev/null
+    rm -f "${PKI}/front-proxy-client.crt"
+  fi
+  if [[ ! -s "${PKI}/front-proxy-client.crt" ]]; then
+    openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
+      -keyout "${PKI}/front-proxy-client.key" -subj "/CN=front-proxy-client" -out "${PKI}/front-proxy-client.csr" 2>/dev/null
+    printf '%s\n' "${client}" >"${PKI}/front-proxy-client.ext"
+    openssl x509 -req -in "${PKI}/front-proxy-client.csr" -CA "${PKI}/front-proxy-ca.crt" -CAkey "${PKI}/front-proxy-ca.key" \
+      -CAcreateserial -days 3650 -sha256 -extfile "${PKI}/front-proxy-client.ext" -out "${PKI}/front-proxy-client.crt" 2>/dev/null
+    rm -f "${PKI}/front-proxy-client.csr" "${PKI}/front-proxy-client.ext"
+  fi
+  gen_cert admin "/O=system:masters/CN=sandbox-admin" "${client}"
+  gen_cert kube-controller-manager "/CN=system:kube-controller-manager" "${client}"
+  gen_cert kube-scheduler "/CN=system:kube-scheduler" "${client}"
+  gen_cert kwok-controller "/CN=kwok-controller" "${client}"
+  if [[ ! -s "${PKI}/sa.key" ]]; then
+    openssl genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:2048 -out "${PKI}/sa.key" 2>/dev/null
+    openssl pkey -in "${PKI}/sa.key" -pubout -out "${PKI}/sa.pub"
+  fi
+  chmod 600 "${PKI}"/*.key
+}
+
+# write_kubeconfig FILE CERT_NAME: a kubeconfig for user CERT_NAME (certs embedded).
+write_kubeconfig() {
+  local file="$1" user="$2" tmp
+  tmp="$(mktemp "${file}.XXXXXX")"
+  cat >"${tmp}" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: inference-rollout-sandbox
+  cluster:
+    server: https://${IR_HOST}:${APISERVER_PORT}
+    certificate-authority-data: $(base64 -w0 "${PKI}/ca.crt")
+users:
+- name: ${user}
+  user:
+    client-certificate-data: $(base64 -w0 "${PKI}/${user}.crt")
+    client-key-data: $(base64 -w0 "${PKI}/${user}.key")
+contexts:
+- name: inference-rollout-sandbox
+  context:
+    cluster: inference-rollout-sandbox
+    user: ${user}
+    namespace: default
+current-context: inference-rollout-sandbox
+EOF
+  chmod 600 "${tmp}"
+  mv "${tmp}" "${file}"
+}
+
+write_configs() {
+  mkdir -p "${KCFG}" "${PROM_DIR}/targets" "${PROM_DIR}/data" "${IR_LOGS}" "${IR_PIDS}"
+  write_kubeconfig "${IR_STATE}/kubeconfig" admin
+  local c
+  for c in kube-controller-manager kube-scheduler kwok-controller; do
+    write_kubeconfig "${KCFG}/${c}.kubeconfig" "${c}"
+  done
+  cat >"${PROM_DIR}/prometheus.yml" <<EOF
+# Generated by sandbox/up.sh. Reload: curl -X POST http://${IR_HOST}:${PROMETHEUS_PORT}/-/reload
+global:
+  scrape_interval: 1s
+  scrape_timeout: 1s
+  evaluation_interval: 1s
+scrape_configs:
+# Simulator processes of Ready pods; the pod bridge writes one JSON file per target group into
+# ${PROM_DIR}/targets/ with labels namespace, pod and the pod's own labels.
+- job_name: pods
+  file_sd_configs:
+  - files: ['${PROM_DIR}/targets/*.json']
+    refresh_interval: 1s
+- job_name: prometheus
+  static_configs:
+  - targets: ['${IR_HOST}:${PROMETHEUS_PORT}']
+EOF
+  local tmp
+  tmp="$(mktemp "${IR_STATE}/env.XXXXXX")"
+  cat >"${tmp}" <<EOF
+# Generated by sandbox/up.sh: source it to use the sandbox (kubectl, helm, tests, the operator).
+export KUBECONFIG=${IR_STATE}/kubeconfig
+export PROMETHEUS_URL=http://${IR_HOST}:${PROMETHEUS_PORT}
+export GATEWAY_URL=http://${IR_HOST}:${GATEWAY_PORT}
+export IR_CACHE=${IR_CACHE}
+export IR_STATE=${IR_STATE}
+export IR_GATEWAY_PORT=${GATEWAY_PORT}
+export IR_PROMETHEUS_TARGETS_DIR=${PROM_DIR}/targets
+export PATH=${SBIN}:\${PATH}
+EOF
+  mv "${tmp}" "${IR_STATE}/env"
+}
+
+# --- components ---------------------------------------------------------------------------------
+# running NAME: is component NAME (PID file in .sandbox/pids) alive?
+running() {
+  sandbox_pid "${IR_PIDS}/$1.pid" >/dev/null
+}
+
+# port_free_or_die NAME PORT: a port we are about to listen on must not be taken by someone else.
+port_free_or_die() {
+  if port_open "$2"; then
+    die "$1: port ${IR_HOST}:$2 is already in use by a process this sandbox did not start (ss -ltnp | grep :$2). Stop it, or set IR_*_PORT (see docs/sandbox.md)."
+  fi
+}
+
+# start NAME PORT CMD...: start a component unless it already runs.
+start() {
+  local name="$1" port="$2"
+  shift 2
+  if running "${name}"; then
+    log "${name}" "already running (pid $(head -n1 "${IR_PIDS}/${name}.pid"))"
+    return 0
+  fi
+  port_free_or_die "${name}" "${port}"
+  start_process "${name}" "$@"
+  log "${name}" "started (pid $(head -n1 "${IR_PIDS}/${name}.pid"), log ${IR_LOGS}/${name}.log)"
+}
+
+# healthy NAME URL TIMEOUT [curl args...]: wait until URL answers 2xx, checking the process lives.
+healthy() {
+  local name="$1" url="$2" timeout="$3"
+  shift 3
+  local deadline=$(($(date +%s) + timeout))
+  until curl -fsS -o /dev/null --max-time 2 "$@" "${url}" 2>/dev/null; do
+    running "${name}" || {
+      printf 'ERROR: %s exited during startup. Last lines of %s:\n' "${name}" "${IR_LOGS}/${name}.log" >&2
+      tail -n 25 "${IR_LOGS}/${name}.log" | sed 's/^/    /' >&2
+      exit 1
+    }
+    if (($(date +%s) >= deadline)); then
+      printf 'ERROR: %s not healthy at %s after %ss. Last lines of %s:\n' "${name}" "${url}" "${timeout}" "${IR_LOGS}/${name}.log" >&2
+      tail -n 25 "${IR_LOGS}/${name}.log" | sed 's/^/    /' >&2
+      exit 1
+    fi
+    sleep 0.2
+  done
+  log "${name}" "healthy (${url})"
+}
+
+bin() { cached_bin "$1" "$2"; }
+
+kubectl_() { "$(bin kubectl "${KUBERNETES_VERSION}")" --kubeconfig "${IR_STATE}/kubeconfig" "$@"; }
+
+start_etcd() {
+  mkdir -p "${IR_STATE}/etcd"
+  chmod 700 "${IR_STATE}/etcd"
+  start etcd "${ETCD_CLIENT_PORT}" "$(bin etcd "${ETCD_VERSION}")" \
+    --name sandbox \
+    --data-dir "${IR_STATE}/etcd" \
+    --listen-client-urls "http://${IR_HOST}:${ETCD_CLIENT_PORT}" \
+    --advertise-client-urls "http://${IR_HOST}:${ETCD_CLIENT_PORT}" \
+    --listen-peer-urls "http://${IR_HOST}:${ETCD_PEER_PORT}" \
+    --initial-advertise-peer-urls "http://${IR_HOST}:${ETCD_PEER_PORT}" \
+    --initial-cluster "sandbox=http://${IR_HOST}:${ETCD_PEER_PORT}" \
+    --unsafe-no-fsync \
+    --log-level warn
+  healthy etcd "http://${IR_HOST}:${ETCD_CLIENT_PORT}/health" 30
+}
+
+start_apiserver() {
+  start kube-apiserver "${APISERVER_PORT}" "$(bin kube-apiserver "${KUBERNETES_VERSION}")" \
+    --etcd-servers "http://${IR_HOST}:${ETCD_CLIENT_PORT}" \
+    --bind-address "${IR_HOST}" \
+    --secure-port "${APISERVER_PORT}" \
+    --tls-cert-file "${PKI}/kube-apiserver.crt" \
+    --tls-private-key-file "${PKI}/kube-apiserver.key" \
+    --client-ca-file "${PKI}/ca.crt" \
+    --authorization-mode Node,RBAC \
+    --service-account-key-file "${PKI}/sa.pub" \
+    --service-account-signing-key-file "${PKI}/sa.key" \
+    --service-account-issuer "${SA_ISSUER}" \
+    --service-cluster-ip-range "${SERVICE_CIDR}" \
+    --requestheader-client-ca-file "${PKI}/front-proxy-ca.crt" \
+    --requestheader-allowed-names front-proxy-client \
+    --requestheader-username-headers X-Remote-User \
+    --requestheader-group-headers X-Remote-Group \
+    --requestheader-extra-headers-prefix X-Remote-Extra- \
+    --proxy-client-cert-file "${PKI}/front-proxy-client.crt" \
+    --proxy-client-key-file "${PKI}/front-proxy-client.key" \
+    --allow-privileged=true \
+    --profiling=false \
+    --v=1
+  healthy kube-apiserver "https://${IR_HOST}:${APISERVER_PORT}/readyz" 90 \
+    --cacert "${PKI}/ca.crt" --cert "${PKI}/admin.crt" --key "${PKI}/admin.key"
+}
+
+start_controller_manager() {
+  local kc="${KCFG}/kube-controller-manager.kubeconfig"
+  start kube-controller-manager "${CONTROLLER_MANAGER_PORT}" "$(bin kube-controller-manager "${KUBERNETES_VERSION}")" \
+    --kubeconfig "${kc}" \
+    --authentication-kubeconfig "${kc}" \
+    --authorization-kubeconfig "${kc}" \
+    --bind-address "${IR_HOST}" \
+    --secure-port "${CONTROLLER_MANAGER_PORT}" \
+    --leader-elect=false \
+    --use-service-account-credentials=true \
+    --service-account-private-key-file "${PKI}/sa.key" \
+    --root-ca-file "${PKI}/ca.crt" \
+    --cluster-signing-cert-file "${PKI}/ca.crt" \
+    --cluster-signing-key-file "${PKI}/ca.key" \
+    --service-cluster-ip-range "${SERVICE_CIDR}" \
+    --profiling=false \
+    --v=1
+}
+
+start_scheduler() {
+  local kc="${KCFG}/kube-scheduler.kubeconfig"
+  start kube-scheduler "${SCHEDULER_PORT}" "$(bin kube-scheduler "${KUBERNETES_VERSION}")" \
+    --kubeconfig "${kc}" \
+    --authentication-kubeconfig "${kc}" \
+    --authorization-kubeconfig "${kc}" \
+    --bind-address "${IR_HOST}" \
+    --secure-port "${SCHEDULER_PORT}" \
+    --leader-elect=false \
+    --profiling=false \
+    --v=1
+}
+
+start_kwok() {
+  start kwok "${KWOK_PORT}" "$(bin kwok "${KWOK_VERSION}")" \
+    --kubeconfig "${KCFG}/kwok-controller.kubeconfig" \
+    --config "${IR_SANDBOX_DIR}/kwok/kwok.yaml" \
+    --config "${IR_SANDBOX_DIR}/kwok/stages.yaml" \
+    --manage-all-nodes=false \
+    --manage-nodes-with-annotation-selector kwok.x-k8s.io/node=fake \
+    --node-ip "${IR_HOST}" \
+    --server-address "${IR_HOST}:${KWOK_PORT}"
+}
+
+start_prometheus() {
+  start prometheus "${PROMETHEUS_PORT}" "$(command -v prometheus)" \
+    --config.file "${PROM_DIR}/prometheus.yml" \
+    --storage.tsdb.path "${PROM_DIR}/data" \
+    --storage.tsdb.retention.time 2d \
+    --web.listen-address "${IR_HOST}:${PROMETHEUS_PORT}" \
+    --web.enable-lifecycle \
+    --log.level warn
+}
+
+# --- cluster objects ------------------------------------------------------------------------------
+apply_objects() {
+  local gw="${IR_CACHE}/crds/gateway-api-${GATEWAY_API_VERSION}"
+  local ip="${IR_CACHE}/crds/gateway-api-inference-extension-${GATEWAY_API_INFERENCE_EXTENSION_VERSION}"
+  local nodes="${IR_STATE}/nodes.yaml" i
+  : >"${nodes}"
+  for ((i = 0; i < GPU_NODES; i++)); do
+    printf -- '---\n' >>"${nodes}"
+    sed "s/NODE_NAME/gpu-node-${i}/g" "${IR_SANDBOX_DIR}/kwok/node.yaml.tmpl" >>"${nodes}"
+  done
+  kubectl_ apply --server-side --force-conflicts --field-manager ir-sandbox \
+    -f "${IR_SANDBOX_DIR}/kwok/rbac.yaml" -f "${nodes}" -f "${gw}" -f "${ip}" >"${IR_LOGS}/apply.log" 2>&1 ||
+    { tail -n 20 "${IR_LOGS}/apply.log" >&2; die "kubectl apply failed, see ${IR_LOGS}/apply.log"; }
+  log objects "applied kwok RBAC, ${GPU_NODES} GPU nodes, Gateway API ${GATEWAY_API_VERSION} CRDs, InferencePool CRD ${GATEWAY_API_INFERENCE_EXTENSION_VERSION}"
+}
+
+wait_cluster() {
+  healthy kube-controller-manager "https://${IR_HOST}:${CONTROLLER_MANAGER_PORT}/healthz" 60 -k
+  healthy kube-scheduler "https://${IR_HOST}:${SCHEDULER_PORT}/healthz" 60 -k
+  healthy kwok "http://${IR_HOST}:${KWOK_PORT}/healthz" 60
+  wait_for "CRDs to be Established" 60 "${IR_LOGS}/kube-apiserver.log" \
+    kubectl_ wait --for condition=Established --timeout 5s \
+    crd/httproutes.gateway.networking.k8s.io crd/gateways.gateway.networking.k8s.io \
+    crd/inferencepools.inference.networking.k8s.io
+  wait_for "nodes gpu-node-* Ready (KWOK)" 60 "${IR_LOGS}/kwok.log" \
+    kubectl_ wait --for condition=Ready --timeout 5s node -l type=kwok
+  log nodes "$(kubectl_ get nodes -l type=kwok --no-headers | awk '{print $1"="$2}' | tr '\n' ' ')"
+  wait_for "ServiceAccount default/default (kube-controller-manager)" 60 "${IR_LOGS}/kube-controller-manager.log" \
+    kubectl_ get serviceaccount default -n default
+  healthy prometheus "http://${IR_HOST}:${PROMETHEUS_PORT}/-/ready" 60
+}
+
+main() {
+  log up "state ${IR_STATE}, cache ${IR_CACHE}, Kubernetes ${KUBERNETES_VERSION}"
+  lock_state
+  ensure_binaries
+  ensure_pki
+  write_configs
+  start_etcd
+  start_apiserver
+  apply_objects
+  start_controller_manager
+  start_scheduler
+  start_kwok
+  start_prometheus
+  wait_cluster
+
+  # --- pod bridge and gateway (sandbox/irsandbox) ---
+  # Every sandbox/up.d/*.sh runs here in name order, with .sandbox/env sourced and lib.sh loaded
+  # (scripts may `source "${IR_SANDBOX_DIR}/lib.sh"` and use start_process NAME CMD...). Whatever
+  # a hook starts must write its PID to ${IR_PIDS}/<name>.pid: down.sh stops those first.
+  local hook
+  for hook in "${IR_SANDBOX_DIR}"/up.d/*.sh; do
+    [[ -e "${hook}" ]] || continue
+    log hook "running ${hook#"${IR_REPO}"/}"
+    (
+      # shellcheck disable=SC1091
+      source "${IR_STATE}/env"
+      bash "${hook}"
+    ) || die "hook ${hook} failed"
+  done
+
+  log up "sandbox ready: source ${IR_STATE}/env (KUBECONFIG, PROMETHEUS_URL, GATEWAY_URL, PATH)"
+}
+
+main "$@"
