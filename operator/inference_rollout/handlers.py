@@ -33,6 +33,7 @@ from .workloads.revisions import RevisionError
 log = logging.getLogger("inference_rollout")
 FINALIZER = f"{GROUP}/finalizer"
 ERROR_BACKOFF_SECONDS = 5.0
+NAMESPACE_TERMINATING = "because it is being terminated"
 
 
 class Runtime:
@@ -147,6 +148,11 @@ async def on_delete(body: kopf.Body, name: str, namespace: str | None, **_: Any)
     try:
         await reconcile(deps, raw)
     except (RouteError, KubeError, RevisionError) as e:
+        if NAMESPACE_TERMINATING in str(e):
+            # The whole namespace is going: its route and backends go with it, and the API
+            # server refuses every write there.  Holding the finalizer would only block it.
+            log.info("%s/%s: namespace terminating; nothing left to protect", namespace, name)
+            return
         raise kopf.TemporaryError(f"returning traffic to stable: {e}", delay=2) from e
     spec = InferenceRolloutSpec.parse(raw["spec"])
     status = InferenceRolloutStatus.parse(raw.get("status"))
