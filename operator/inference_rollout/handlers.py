@@ -115,14 +115,22 @@ async def run_rollout(stopped: kopf.DaemonStopped, name: str, namespace: str | N
             if delay is None:
                 return
             due = time.monotonic() + delay
-            try:
-                await asyncio.wait_for(wake.wait(), timeout=delay)
+            if await _sleep_or_wake(wake, stopped, delay):
                 due = time.monotonic()
-            except TimeoutError:
-                pass
     finally:
         Runtime.wake.pop(key, None)
         opmetrics.REGISTRY.forget(namespace=namespace, name=name)
+
+
+async def _sleep_or_wake(wake: asyncio.Event, stopped: kopf.DaemonStopped,
+                         delay: float) -> bool:
+    """Sleep ``delay`` seconds; return early (True) when woken or when the daemon is stopped."""
+    waiters = {asyncio.ensure_future(wake.wait()), asyncio.ensure_future(stopped.wait())}
+    done, pending = await asyncio.wait(waiters, timeout=delay,
+                                       return_when=asyncio.FIRST_COMPLETED)
+    for task in pending:
+        task.cancel()
+    return bool(done)
 
 
 async def _reconcile_once(deps: Deps, namespace: str, name: str) -> float | None:

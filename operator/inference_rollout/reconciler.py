@@ -143,7 +143,8 @@ async def reconcile(deps: Deps, body: dict[str, Any]) -> float:
         opmetrics.REGISTRY.observe("inference_rollout_decision_to_write_seconds",
                                    time.monotonic() - decided_at)
     _export(ns, name, decision, measurements)
-    return decision.requeue_after or IDLE_SECONDS
+    # 0 is a real answer ("look again now": e.g. measure right after a weight change).
+    return IDLE_SECONDS if decision.requeue_after is None else decision.requeue_after
 
 
 async def _measure(deps: Deps, spec: InferenceRolloutSpec, status: InferenceRolloutStatus,
