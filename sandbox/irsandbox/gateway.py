@@ -76,9 +76,10 @@ def load_endpoints(path: Path) -> dict[str, PodInfo]:
     return out
 
 
-def route_status(route: dict[str, Any], res: RouteRes) -> list[dict[str, Any]]:
-    """``status.parents`` for an HTTPRoute: every parentRef accepted by this gateway; ResolvedRefs
-    False when a backendRef names nothing (BackendNotFound) or an unsupported kind (InvalidKind)."""
+def route_status(route: dict[str, Any], res: RouteRes, rejected: str = "") -> list[dict[str, Any]]:
+    """``status.parents`` for an HTTPRoute: every parentRef accepted by this gateway (unless nginx
+    rejected the route's config: Accepted False, UnsupportedValue); ResolvedRefs False when a
+    backendRef names nothing (BackendNotFound) or an unsupported kind (InvalidKind)."""
     gen = int(route["metadata"].get("generation") or 0)
     problems = [b for rule in res.rules for b in rule.backends if b.problem]
     other = [p for rule in res.rules for p in rule.problems]
@@ -93,6 +94,9 @@ def route_status(route: dict[str, Any], res: RouteRes) -> list[dict[str, Any]]:
         "type": "Accepted", "observedGeneration": gen, "status": "True", "reason": "Accepted",
         "message": "; ".join(other) or "programmed into the sandbox nginx",
     }
+    if rejected:
+        accepted.update(status="False", reason="UnsupportedValue",
+                        message=f"nginx rejected this route: {rejected}")
     parents = []
     for ref in (route.get("spec") or {}).get("parentRefs") or []:
         parents.append({
@@ -143,6 +147,7 @@ class Gateway:
         self.version = ""
         self._endpoints_mtime = 0.0
         self._status_written: dict[str, Any] = {}
+        self._rejected: dict[str, dict[str, str]] = {}
         self.http = httpx.Client(timeout=1.0, trust_env=False)
 
     def _on_event(self, event: str, obj: dict[str, Any]) -> None:
@@ -213,20 +218,42 @@ class Gateway:
 
     # --- render -------------------------------------------------------------------------------
 
-    def render(self) -> tuple[str, list[RouteRes], dict[str, PodInfo]]:
+    def resolve(self) -> tuple[list[RouteRes], dict[str, PodInfo]]:
         endpoints = load_endpoints(self.endpoints_file)
         routes = nginxconf.resolve(
             self.routes.items(), self.services.items(), self.slices.items(),
             self.pools.items() if self.pools.available else [], self.pods.items(), endpoints)
+        return routes, endpoints
+
+    def build(self, routes: list[RouteRes], endpoints: dict[str, PodInfo]) -> str:
         opts = nginxconf.Options(listen=self.listen, state_dir=str(self.state),
                                  run_as_root=os.geteuid() == 0)
-        return nginxconf.render(routes, endpoints, opts), routes, endpoints
+        return nginxconf.render(routes, endpoints, opts)
 
-    def write_state(self, routes: list[RouteRes], endpoints: dict[str, PodInfo]) -> None:
+    def reject_bad_routes(self, routes: list[RouteRes], endpoints: dict[str, PodInfo],
+                          version: str) -> dict[str, str]:
+        """When nginx rejects the whole config, find the routes it rejects on their own (so one
+        bad route does not freeze all the others). Cached per rendered version."""
+        if version in self._rejected:
+            return self._rejected[version]
+        bad: dict[str, str] = {}
+        for r in routes:
+            err = self.test_config(self.build([r], endpoints))
+            if err:
+                bad[r.key] = err.splitlines()[0][:300]
+                log.error("%s: nginx rejects this route, left out: %s", r.key, bad[r.key])
+        self._rejected = {version: bad}
+        return bad
+
+    def write_state(self, routes: list[RouteRes], endpoints: dict[str, PodInfo],
+                    rejected: dict[str, str]) -> None:
         doc: dict[str, Any] = {"version": self.version, "time": now_rfc3339(),
                                "listen": self.listen, "pid": os.getpid(),
                                "nginx_pid": self.nginx_pid(), "routes": {}}
         for r in routes:
+            if r.key in rejected:
+                doc.setdefault("rejected", {})[r.key] = rejected[r.key]
+                continue
             doc["routes"][r.key] = {
                 "generation": r.generation, "hostnames": r.hostnames,
                 "rules": [{
@@ -241,13 +268,13 @@ class Gateway:
             }
         write_json_atomic(self.dir / "state.json", doc)
 
-    def write_route_status(self, routes: list[RouteRes]) -> None:
+    def write_route_status(self, routes: list[RouteRes], rejected: dict[str, str]) -> None:
         by_key = {Informer.key_of(r): r for r in self.routes.items()}
         for res in routes:
             route = by_key.get(res.key)
             if route is None:
                 continue
-            ours = route_status(route, res)
+            ours = route_status(route, res, rejected.get(res.key, ""))
             current = [p for p in (route.get("status") or {}).get("parents") or []
                        if p.get("controllerName") == nginxconf.CONTROLLER_NAME]
             if _same_conditions(current, ours) or self._status_written.get(res.key) == (
@@ -274,16 +301,25 @@ class Gateway:
     # --- loop -------------------------------------------------------------------------------
 
     def sync(self) -> None:
-        text, routes, endpoints = self.render()
-        version = nginxconf.config_version(text)
-        if version != self.version or not self.nginx_pid():
-            t0 = time.monotonic()
-            if not self.apply(text):
-                return
-            log.info("nginx config %s active in %.0f ms: %s", version,
-                     (time.monotonic() - t0) * 1000, summary(routes) or "no routes")
-        self.write_state(routes, endpoints)
-        self.write_route_status(routes)
+        routes, endpoints = self.resolve()
+        text = self.build(routes, endpoints)
+        full_version = nginxconf.config_version(text)
+        rejected: dict[str, str] = {}
+        if full_version != self.version or not self.nginx_pid():
+            if self.test_config(text):
+                rejected = self.reject_bad_routes(routes, endpoints, full_version)
+                text = self.build([r for r in routes if r.key not in rejected], endpoints)
+            version = nginxconf.config_version(text)
+            if version != self.version or not self.nginx_pid():
+                t0 = time.monotonic()
+                if not self.apply(text):
+                    return
+                log.info("nginx config %s active in %.0f ms: %s", version,
+                         (time.monotonic() - t0) * 1000, summary(routes) or "no routes")
+        else:
+            rejected = self._rejected.get(full_version, {})
+        self.write_state(routes, endpoints, rejected)
+        self.write_route_status(routes, rejected)
 
     def _endpoints_changed(self) -> bool:
         try:

@@ -301,6 +301,11 @@ def render(routes: list[RouteRes], endpoints: dict[str, PodInfo], opts: Options)
         "http {",
         "    default_type application/json;",
         "    server_tokens off;",
+        # hostnames of test namespaces are long: the default bucket (64) rejects them
+        "    server_names_hash_bucket_size 256;",
+        "    server_names_hash_max_size 8192;",
+        "    map_hash_bucket_size 256;",
+        "    map_hash_max_size 8192;",
         "    log_format gateway '$time_iso8601 $host \"$request\" $status $request_time '",
         "                       'up=$upstream_addr upstatus=$upstream_status pod=$ir_backend_pod';",
         f"    access_log {st}/logs/nginx-access.log gateway;",

@@ -22,8 +22,16 @@ if pid="$(sandbox_pid "${IR_PIDS}/gateway.pid")"; then
   log gateway "already running (pid ${pid})"
   exit 0
 fi
+# Our nginx (left by a killed controller; the new one adopts it). nginx overwrites its environment
+# (setproctitle), so it is recognised by its command line, which names our prefix.
+our_nginx() {
+  local pid
+  pid="$(head -n 1 "${IR_PIDS}/nginx.pid" 2>/dev/null)" || return 1
+  [[ "${pid}" =~ ^[0-9]+$ ]] || return 1
+  tr '\0' ' ' <"/proc/${pid}/cmdline" 2>/dev/null | grep -qF -- "-p ${IR_STATE}/nginx "
+}
 # a port held by something that is not our nginx is a conflict, not ours to kill
-if port_open "${port}" && ! sandbox_pid "${IR_PIDS}/nginx.pid" >/dev/null; then
+if port_open "${port}" && ! our_nginx; then
   die "port ${port} is taken by another process; free it or set GATEWAY_PORT"
 fi
 

@@ -101,6 +101,36 @@ def test_run_load_paces_requests():
     assert 0.45 < report.duration_s < 1.5
 
 
+def test_connection_closed_before_response_is_retried_once():
+    state = {"n": 0}
+
+    async def chat(request: web.Request) -> web.Response:
+        state["n"] += 1
+        if state["n"] in (2, 5, 6):  # as nginx closing an idle keep-alive connection on reload
+            request.transport.close()
+            return web.Response()
+        return web.json_response({"choices": [{"message": {"content": "{}"}}]},
+                                 headers={"X-Backend-Pod": "ns/p-a-1-x"})
+
+    async def main(retry: bool) -> loadgen.LoadReport:
+        state["n"] = 0
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", chat)
+        runner, url = await serve(app)
+        try:
+            return await loadgen.run_load(url, model="m", rate=0, requests=6, concurrency=1,
+                                          retry=retry)
+        finally:
+            await runner.cleanup()
+
+    report = asyncio.run(main(True))
+    # request 2 (n=2) succeeds on its retry (n=3); request 4 (n=5) fails again on its retry (n=6)
+    assert report.retried == 2 and report.failed == 1
+    assert report.errors == {"exc_RemoteProtocolError": 1}
+    report = asyncio.run(main(False))
+    assert report.retried == 0 and report.failed == 3
+
+
 def test_run_load_must_be_bounded():
     with pytest.raises(ValueError):
         asyncio.run(loadgen.run_load("http://127.0.0.1:9", model="m"))

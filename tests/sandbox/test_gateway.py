@@ -1,0 +1,262 @@
+"""The sandbox gateway: real nginx carries load-generator traffic by the HTTPRoute's weights."""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import time
+from pathlib import Path
+
+import pytest
+from kubernetes import client
+
+from irsandbox import testkit
+from irsandbox.loadgen import BusinessMetrics, MetricsServer, run_load
+from irsandbox.podspec import LABEL_REVISION
+
+pytestmark = [pytest.mark.sandbox, pytest.mark.timeout(300)]
+
+
+@pytest.fixture()
+def kit(sandbox, api_client: client.ApiClient) -> testkit.Sandbox:
+    state = Path(sandbox.env.get("IR_STATE") or Path(sandbox.env["KUBECONFIG"]).parent)
+    return testkit.Sandbox(
+        api_client, state, sandbox.env["PROMETHEUS_URL"], sandbox.env["GATEWAY_URL"]
+    )
+
+
+def stable_and_canary(
+    kit: testkit.Sandbox,
+    ns: str,
+    weights: tuple[int, int],
+    replicas: tuple[int, int] = (2, 1),
+    stable_ann: dict | None = None,
+    canary_ann: dict | None = None,
+) -> str:
+    """Deployments chat-stable / chat-canary with Services of the same names, and HTTPRoute
+    "chat" for host chat.<ns>.example splitting between them. Returns the host."""
+    host = f"chat.{ns}.example"
+    for rev, n, ann in (("stable", replicas[0], stable_ann), ("canary", replicas[1], canary_ann)):
+        kit.create(
+            ns, testkit.vllm_deployment(f"chat-{rev}", revision=rev, replicas=n, annotations=ann)
+        )
+        kit.create(ns, testkit.service(f"chat-{rev}", "chat", rev))
+    kit.create(
+        ns,
+        testkit.httproute(
+            "chat", [("chat-stable", weights[0]), ("chat-canary", weights[1])], [host]
+        ),
+    )
+    for rev, n in (("stable", replicas[0]), ("canary", replicas[1])):
+        kit.wait_serving(ns, f"{LABEL_REVISION}={rev}", n)
+    kit.wait_programmed(ns, "chat", {"chat-stable": replicas[0], "chat-canary": replicas[1]})
+    return host
+
+
+@pytest.mark.parametrize("weights", [(95, 5), (50, 50)], ids=["5-95", "50-50"])
+def test_traffic_follows_route_weights(kit, namespace, weights, record_property):
+    host = stable_and_canary(kit, namespace, weights)
+    report = asyncio.run(
+        run_load(kit.gateway_url, host=host, model="llama", rate=0, requests=2000, concurrency=32)
+    )
+    assert report.requests == 2000 and report.failed == 0, report.errors
+    assert report.unrouted == 0
+    canary = report.share("canary")
+    record_property("canary_share", canary)
+    print(
+        f"weights {weights}: canary {100 * canary:.2f}% of 2000 "
+        f"({report.by_revision}, {report.achieved_rate:.0f} req/s, {report.retried} retried)"
+    )
+    assert abs(canary - weights[1] / 100) <= 0.02
+    # the stable revision's share is spread evenly over its two pods
+    stable_pods = [n for p, n in report.by_pod.items() if "chat-stable" in p]
+    assert len(stable_pods) == 2 and abs(stable_pods[0] - stable_pods[1]) <= 0.02 * 2000
+
+
+def test_weight_changes_drop_no_requests(kit, namespace):
+    """Streaming load at 60 req/s while the weights move 90/10 -> 50/50 -> 0/100 -> 100/0:
+    every request succeeds (nginx reloads gracefully), and once the last change is programmed
+    the weight-0 canary gets no new request."""
+    host = stable_and_canary(
+        kit,
+        namespace,
+        (90, 10),
+        replicas=(1, 1),
+        stable_ann={"sim.inference.dev/itl-ms": "5"},
+        canary_ann={"sim.inference.dev/itl-ms": "5"},
+    )
+    programmed: list[tuple[float, dict[str, int]]] = []
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        load = asyncio.create_task(
+            run_load(
+                kit.gateway_url,
+                host=host,
+                model="llama",
+                rate=60,
+                duration=12,
+                stream=True,
+                max_tokens=20,
+                concurrency=128,
+            )
+        )
+        for at, w in ((2, (50, 50)), (5, (0, 100)), (8, (100, 0))):
+            await asyncio.sleep(max(0.0, t0 + at - loop.time()))
+            weights = {"chat-stable": w[0], "chat-canary": w[1]}
+            await asyncio.to_thread(kit.set_weights, namespace, "chat", weights)
+            await asyncio.to_thread(
+                kit.wait_programmed, namespace, "chat", {"chat-stable": 1, "chat-canary": 1}
+            )
+            programmed.append((loop.time() - t0, weights))
+        return await load
+
+    report = asyncio.run(main())
+    print(
+        f"weight changes at {[round(t, 2) for t, _ in programmed]}s: {report.requests} "
+        f"streamed requests, {report.failed} failed, {report.retried} retried, "
+        f"{report.by_revision}"
+    )
+    assert report.requests >= 700
+    assert report.failed == 0, report.errors
+    assert report.unrouted == 0
+    last_change = programmed[-1][0]
+    late = [r for r in report.results if r.started > last_change + 0.1]
+    assert len(late) > 60
+    assert {r.revision for r in late} == {"stable"}
+    # and while the canary had 100 %, it got (nearly) everything
+    mid = [r for r in report.results if programmed[1][0] + 0.1 < r.started < programmed[2][0] - 1]
+    assert mid and sum(r.revision == "canary" for r in mid) / len(mid) > 0.98
+    assert report.itl_ms["count"] > 0
+
+
+def test_streaming_latency_per_revision_through_the_gateway(kit, namespace):
+    host = stable_and_canary(
+        kit,
+        namespace,
+        (50, 50),
+        replicas=(1, 1),
+        stable_ann={"sim.inference.dev/ttft-ms": "20", "sim.inference.dev/itl-ms": "2"},
+        canary_ann={"sim.inference.dev/ttft-ms": "250", "sim.inference.dev/itl-ms": "20"},
+    )
+    report = asyncio.run(
+        run_load(
+            kit.gateway_url,
+            host=host,
+            model="llama",
+            rate=40,
+            requests=80,
+            stream=True,
+            max_tokens=16,
+        )
+    )
+    assert report.failed == 0, report.errors
+    by_rev = {rev: [r for r in report.results if r.revision == rev] for rev in ("stable", "canary")}
+    ttft = {rev: statistics.median(r.ttft for r in rs) for rev, rs in by_rev.items()}
+    itl = {rev: statistics.median(x for r in rs for x in r.itls) for rev, rs in by_rev.items()}
+    assert 0.015 <= ttft["stable"] <= 0.1 and 0.24 <= ttft["canary"] <= 0.4, ttft
+    assert itl["stable"] < 0.012 and 0.015 <= itl["canary"] <= 0.04, itl
+
+
+def test_business_metric_per_revision_reaches_prometheus(kit, namespace):
+    """A canary annotated business-fail-rate=8 fails exactly 8 % of the JSON checks; the load
+    generator's counter reaches Prometheus per revision, where a business-metric query sees it."""
+    host = stable_and_canary(
+        kit,
+        namespace,
+        (50, 50),
+        replicas=(1, 1),
+        canary_ann={"sim.inference.dev/business-fail-rate": "8"},
+    )
+
+    async def main():
+        metrics = BusinessMetrics()
+        async with MetricsServer(metrics, 0, targets_dir=kit.state / "prometheus" / "targets"):
+            report = await run_load(
+                kit.gateway_url,
+                host=host,
+                model="llama",
+                rate=50,
+                requests=400,
+                json_check=True,
+                metrics=metrics,
+            )
+            query = (
+                f'sum by (revision) (loadgen_business_checks_total{{namespace="{namespace}",'
+                f'result="pass"}}) / sum by (revision) (loadgen_business_checks_total'
+                f'{{namespace="{namespace}"}})'
+            )
+
+            def scraped():
+                rows = {r["metric"]["revision"]: float(r["value"][1]) for r in kit.prom(query)}
+                total = kit.prom_value(
+                    f'sum(loadgen_business_checks_total{{namespace="{namespace}"}})'
+                )
+                return rows if total == 400 else None
+
+            ratios = await asyncio.to_thread(
+                testkit.wait_for, scraped, 20, "loadgen counters in Prometheus"
+            )
+            return report, ratios
+
+    report, ratios = asyncio.run(main())
+    assert report.failed == 0
+    stable, canary = report.checks["stable"], report.checks["canary"]
+    n_canary = canary["pass"] + canary["fail"]
+    # 50/50 (a reload of nginx, for other tests' pods, restarts its round robin: about half)
+    assert abs(n_canary - 200) <= 10
+    assert stable["fail"] == 0
+    assert canary["fail"] == n_canary * 8 // 100  # exactly 8 %, as the fault proxy counts
+    assert ratios["stable"] == 1.0
+    assert ratios["canary"] == pytest.approx(canary["pass"] / n_canary)
+    assert ratios["canary"] / ratios["stable"] < 0.95  # the design's "5 % below stable" rollback
+
+
+def test_route_status_and_backend_without_endpoints(kit, namespace):
+    """The gateway reports Accepted/ResolvedRefs per parentRef with the observed generation; a
+    backendRef to a missing Service keeps its share as HTTP 500 (Gateway API semantics)."""
+    host = f"chat.{namespace}.example"
+    kit.create(namespace, testkit.vllm_deployment("chat-stable", revision="stable"))
+    kit.create(namespace, testkit.service("chat-stable", "chat", "stable"))
+    kit.create(namespace, testkit.httproute("chat", [("chat-stable", 3), ("missing", 1)], [host]))
+    kit.wait_serving(namespace, f"{LABEL_REVISION}=stable", 1)
+    kit.wait_programmed(namespace, "chat", {"chat-stable": 1, "missing": 0})
+
+    def status():
+        route = kit.route(namespace, "chat")
+        parents = route.get("status", {}).get("parents") or []
+        conds = {c["type"]: c for p in parents for c in p["conditions"]}
+        gen = route["metadata"]["generation"]
+        return conds if conds.get("Accepted", {}).get("observedGeneration") == gen else None
+
+    conds = testkit.wait_for(status, 20, "route status")
+    assert conds["Accepted"]["status"] == "True"
+    assert conds["ResolvedRefs"]["status"] == "False"
+    assert conds["ResolvedRefs"]["reason"] == "BackendNotFound"
+    report = asyncio.run(
+        run_load(kit.gateway_url, host=host, model="llama", rate=0, requests=400, concurrency=16)
+    )
+    # a quarter answered 500 by the gateway itself (no pod), the rest served by stable
+    assert set(report.errors) == {"http_500"} and abs(report.errors["http_500"] - 100) <= 10
+    assert set(report.by_revision) == {"stable"} and report.unrouted == report.failed
+
+
+def test_inference_pool_backend(kit, namespace):
+    host = f"pool.{namespace}.example"
+    for rev in ("a", "b"):
+        kit.create(namespace, testkit.vllm_deployment(f"chat-{rev}", revision=rev))
+    kit.create(namespace, testkit.inference_pool("chat-pool", {"app": "chat"}))
+    kit.create(
+        namespace, testkit.httproute("pool", [("chat-pool", 1)], [host], kind="InferencePool")
+    )
+    for rev in ("a", "b"):
+        kit.wait_serving(namespace, f"{LABEL_REVISION}={rev}", 1)
+    kit.wait_programmed(namespace, "pool", {"chat-pool": 2})
+    t0 = time.monotonic()
+    report = asyncio.run(
+        run_load(kit.gateway_url, host=host, model="llama", rate=0, requests=200, concurrency=8)
+    )
+    assert report.failed == 0 and time.monotonic() - t0 < 30
+    # evenly (a reload for other tests' changes restarts nginx's round robin: about half)
+    assert set(report.by_revision) == {"a", "b"} and abs(report.by_revision["a"] - 100) <= 5
