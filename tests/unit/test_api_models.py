@@ -191,6 +191,8 @@ CASES: list[tuple[str, dict[str, Any], list[str]]] = [
     ("metrics without prometheus", with_changes(analysis__prometheus=None),
      ["spec.analysis.prometheus", "need a Prometheus address",
       "address: http://prometheus.monitoring:9090"]),
+    ("swap without surge", with_changes(capacity={"mode": "swap", "maxSurge": 0}),
+     ["spec.capacity.maxSurge", "swap mode needs maxSurge >= 1"]),
     ("unknown field (a typo)", with_changes(strategy={"stpes": []}),
      ["strategy.stpes", "Extra inputs are not permitted"]),
     ("too many steps",

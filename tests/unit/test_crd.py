@@ -4,8 +4,8 @@ with the models, and the CEL rules evaluated on valid and invalid manifests.
 The API server is emulated here the way it treats a create: nulls pruned, defaults applied, then
 the OpenAPI checks (a small validator below) and the CEL rules (evaluated with ``celpy``, with the
 few Kubernetes CEL library functions the rules use added, and ``duration()`` parsing exactly what
-Go's ``time.ParseDuration`` parses).  ``VALID`` and ``INVALID`` are meant to be sent to the
-sandbox's real API server as well.
+Go's ``time.ParseDuration`` parses).  ``tests/sandbox/test_crd_apiserver.py`` sends manifests
+like these to the sandbox's real API server.
 """
 
 from __future__ import annotations
@@ -115,6 +115,7 @@ VALID: list[tuple[str, dict[str, Any]]] = [
     ]})),
     ("slo only", patched({"analysis.metrics": [],
                           "analysis.slo": {"ttftP99": "300ms", "e2eP99": "20s"}})),
+    ("swap with one surge pod", patched({"capacity": {"mode": "swap", "maxSurge": 1}})),
     ("explicit nulls are pruned", patched({"model": None, "evaluation": None})),
 ]
 
@@ -160,6 +161,8 @@ INVALID: list[tuple[str, dict[str, Any], str]] = [
     ("slo without prometheus", patched({"analysis.prometheus": DELETE, "analysis.metrics": [],
                                         "analysis.slo": {"ttftP99": "300ms"}}),
      "spec.analysis.prometheus: metrics or slo need a Prometheus address"),
+    ("swap without surge", patched({"capacity": {"mode": "swap", "maxSurge": 0}}),
+     "spec.capacity.maxSurge: swap mode needs maxSurge >= 1"),
     ("unknown profile", patched({"profile": "fast"}), "spec.profile"),
     ("upper-case metric name", patched({"analysis.metrics.0.name": "Errors"}),
      "spec.analysis.metrics[0].name"),
