@@ -46,18 +46,40 @@ class PodCounts:
     canary: int
 
 
+def stable_within_quota(
+    spec: InferenceRolloutSpec, wanted: int, stable_desired_now: int, other_pods: int
+) -> int:
+    """The stable's pod count on its way to ``wanted``.  In swap mode it grows only into GPUs
+    that no other revision holds (``other_pods``: an abandoned canary, or an old stable, keeps its
+    pods until it is deleted); it is never shrunk to make room for them."""
+    if spec.capacity.mode == "surge" or wanted <= stable_desired_now:
+        return wanted
+    free = spec.replicas + spec.capacity.max_surge - other_pods
+    return max(stable_desired_now, min(wanted, free))
+
+
 def release_pod_counts(
-    spec: InferenceRolloutSpec, step: Step, canary_ready: int, stable_desired_now: int
+    spec: InferenceRolloutSpec,
+    step: Step,
+    canary_ready: int,
+    stable_desired_now: int,
+    other_pods: int = 0,
 ) -> PodCounts:
     """Desired pods for stable and canary while a release is at ``step``.
 
-    ``stable_desired_now`` is the stable Deployment's current ``spec.replicas``: in swap mode the
-    canary may only use room the stable has already given back.
+    ``stable_desired_now`` is the stable Deployment's current ``spec.replicas``.  In swap mode the
+    canary may use the room the stable gives back: the caller writes whichever of the two shrinks
+    first, so every write stays within the quota (and the result does not depend on whether the
+    stable's last write has been observed yet, which keeps the decision a fixed point).
+    ``other_pods`` are held by revisions that are neither (they count against the swap quota
+    until they are gone).
     """
     target = canary_target(spec, step)
     if spec.capacity.mode == "surge":
         return PodCounts(stable=spec.replicas, canary=target)
-    quota = spec.replicas + spec.capacity.max_surge
-    stable = max(0, spec.replicas - min(target, canary_ready))
-    room = quota - max(stable, min(stable_desired_now, spec.replicas))
-    return PodCounts(stable=stable, canary=max(0, min(target, room)))
+    quota = spec.replicas + spec.capacity.max_surge - other_pods
+    wanted = max(0, spec.replicas - min(target, canary_ready))
+    stable = stable_within_quota(spec, wanted, stable_desired_now, other_pods)
+    room = quota - stable
+    # Ready canary pods are never taken away for room (they may carry traffic).
+    return PodCounts(stable=stable, canary=max(0, min(target, max(room, canary_ready))))

@@ -67,6 +67,10 @@ class _Run:
         self.wakeups.append(max(0.0, seconds))
 
     def ensure(self, revision: str, replicas: int) -> None:
+        """Scale ``revision`` to ``replicas``; a later call for the same revision in one decision
+        replaces an earlier one (e.g. a rollback after the step's scaling was computed)."""
+        self.actions = [a for a in self.actions
+                        if not (isinstance(a, EnsureRevision) and a.revision == revision)]
         seen = self.world.revisions.get(revision)
         if seen is None or seen.desired != replicas:
             self.actions.append(EnsureRevision(revision, replicas))
@@ -264,6 +268,8 @@ def _stay_aborted(run: _Run) -> None:
     else:
         run.wake_in(delay - waited)
         canary_pods = canary.desired if canary else 0
+        if canary is not None:
+            run.ensure(st.canary_revision, canary_pods)  # keeps its pods, grows no more
     run.ensure(st.stable_revision, _stable_pods(run, run.spec.replicas, canary_pods))
 
 
@@ -323,6 +329,8 @@ def _progress(run: _Run) -> None:
     if st.requests.promote_full and st.current_step < len(spec.strategy.steps) - 1:
         st.current_step = len(spec.strategy.steps) - 1
         st.step_entered_at, st.step_started_at = to_iso(run.now), None
+        if st.paused_reason == r.MANUAL_STEP:  # that wait belonged to the step left behind
+            st.paused_reason = None
     for _ in range(2):
         step = spec.strategy.steps[st.current_step]
         if not _capacity_and_weight(run, step):
@@ -388,13 +396,18 @@ def _step_done(run: _Run, step: Step) -> bool:
     """The hold has elapsed and every metric's latest verdict, taken at or after the hold's end,
     is Pass (or the user asked to promote)."""
     st, spec = run.status, run.spec
+    hold_end = _hold_end(spec, st)
+    started = from_iso(st.step_started_at)
+    assert hold_end is not None and started is not None
+    if run.now <= started:
+        # The weight was set at this instant: a step lasts at least until a later call (also
+        # when promoted, or without hold or metrics), so the call that set it is a fixed point.
+        run.wake_in(0)
+        return False
     if st.requests.promote or st.requests.promote_full:
         return True
     if st.paused_reason:
         return False
-    hold_end = _hold_end(spec, st)
-    started = from_iso(st.step_started_at)
-    assert hold_end is not None and started is not None
     if run.now < hold_end:
         run.wake_in((hold_end - run.now).total_seconds())
         _wake_for_analysis(run)
@@ -438,12 +451,15 @@ def _promote(run: _Run) -> None:
     st, spec = run.status, run.spec
     assert st.canary_revision is not None and st.stable_revision is not None
     old, new = st.stable_revision, st.canary_revision
+    retired = run.world.revisions.get(old)
+    if retired is not None:
+        run.ensure(old, retired.desired)  # keeps its pods until it goes, grows no more
     delay = parse_duration(spec.strategy.scale_down_delay)
     st.old_revisions[old] = to_iso(run.now + timedelta(seconds=delay))
     st.stable_revision = new
     st.canary_revision, st.current_step, st.canary_weight = None, None, 0
     st.step_entered_at = st.step_started_at = None
-    st.requests = Requests()
+    st.requests, st.paused_reason = Requests(), None
     run.event("Normal", r.PROMOTED,
               r.PROMOTED_MSG.format(canary=new, old=old, delay=format_duration(delay)))
     run.ensure(new, _stable_pods(run, spec.replicas))
@@ -491,16 +507,16 @@ def _old_revisions(run: _Run) -> None:
         if rev not in live and rev not in st.old_revisions:
             delay = parse_duration(run.spec.strategy.scale_down_delay)
             st.old_revisions[rev] = to_iso(run.now + timedelta(seconds=delay))
-    # Deletions go before any scaling: the pods they free are counted as free already.
-    first_scale = next((i for i, a in enumerate(run.actions) if isinstance(a, EnsureRevision)),
-                       len(run.actions))
     for rev, due_text in sorted(st.old_revisions.items()):
         due = from_iso(due_text)
         if rev in live or rev not in run.world.revisions:
             del st.old_revisions[rev]
         elif due is None or run.now >= due:
+            run.ensure(rev, run.world.revisions[rev].desired)  # cancels any scaling of it
+            # Deletions go before any scaling: the pods they free are counted as free already.
+            first_scale = next((i for i, a in enumerate(run.actions)
+                                if isinstance(a, EnsureRevision)), len(run.actions))
             run.actions.insert(first_scale, DeleteRevision(rev))
-            first_scale += 1
             del st.old_revisions[rev]
         else:
             run.wake_in((due - run.now).total_seconds())
