@@ -98,18 +98,18 @@ def test_surge_keeps_stable_and_adds_canary(replicas: int, weight: int, ready: i
         (1, 50, 1, 3, 3, 2),
         (1, 50, 2, 3, 2, 2),
         (1, 50, 2, 2, 2, 2),
-        # step 4 (100%): stable shrinks pod by pod as canary pods become Ready
+        # step 4 (100%): stable shrinks as canary pods become Ready, the canary takes the room
         (1, 100, 2, 2, 2, 3),
-        (1, 100, 3, 2, 1, 3),
+        (1, 100, 3, 2, 1, 4),
         (1, 100, 3, 1, 1, 4),
         (1, 100, 4, 1, 0, 4),
         # a larger surge lets more canary pods start before stable shrinks
         (2, 50, 0, 4, 4, 2),
         (2, 100, 0, 4, 4, 2),
-        (2, 100, 2, 4, 2, 2),
-        (2, 100, 2, 2, 2, 4),
-        # stable is still at its old, larger size: the canary may use only the room left
-        (1, 100, 4, 4, 0, 1),
+        (2, 100, 2, 4, 2, 4),
+        (2, 100, 1, 4, 3, 3),
+        # the stable's shrink is written before the canary's growth, in the same decision
+        (1, 50, 1, 4, 3, 2),
     ],
 )
 def test_swap_stays_within_quota(max_surge: int, weight: int, ready: int, stable_now: int,
@@ -117,21 +117,61 @@ def test_swap_stays_within_quota(max_surge: int, weight: int, ready: int, stable
     s = spec(4, "swap", max_surge)
     got = cap.release_pod_counts(s, Step(weight=weight), ready, stable_now)
     assert got == cap.PodCounts(stable=stable, canary=canary)
-    # applied in order (stable first): neither the intermediate nor the final fleet is over quota
-    assert max(stable_now, stable) + canary <= 4 + max_surge or canary == 0
+    assert stable + canary <= 4 + max_surge
 
 
 @pytest.mark.parametrize("replicas", range(1, 9))
 @pytest.mark.parametrize("max_surge", [1, 2])
 def test_swap_exhaustive_quota_and_no_lost_capacity(replicas: int, max_surge: int) -> None:
+    """From every fleet within quota (ready canary pods ≤ its desired pods), the next counts are
+    within quota, also between the two writes when the shrinking one goes first; stable gives
+    back only what Ready canary pods replace; Ready canary pods are never taken away."""
     s = spec(replicas, "swap", max_surge)
+    quota = replicas + max_surge
     for weight in (1, 5, 20, 33, 50, 99, 100):
         step = Step(weight=weight)
-        for ready in range(0, replicas + 2):
-            for stable_now in range(0, replicas + 1):
-                got = cap.release_pod_counts(s, step, ready, stable_now)
-                assert max(got.stable, min(stable_now, replicas)) + got.canary \
-                    <= replicas + max_surge
-                # stable only ever gives back pods that Ready canary pods replace
-                assert got.stable >= replicas - ready
-                assert got.canary <= cap.canary_target(s, step)
+        target = cap.canary_target(s, step)
+        for canary_now in range(0, target + 1):
+            for ready in range(0, canary_now + 1):
+                for stable_now in range(0, min(replicas, quota - canary_now) + 1):
+                    got = cap.release_pod_counts(s, step, ready, stable_now)
+                    assert got.stable + got.canary <= quota
+                    # applied shrink-first (as decide orders them), every write stays in quota
+                    if got.stable > stable_now:
+                        assert stable_now + got.canary <= quota
+                    else:
+                        assert got.stable + canary_now <= quota
+                    assert got.stable >= replicas - ready
+                    assert ready <= got.canary <= target
+
+
+@pytest.mark.parametrize(
+    ("mode", "wanted", "stable_now", "others", "stable"),
+    [
+        ("surge", 4, 2, 3, 4),  # surge: extra GPUs are the point
+        ("swap", 4, 2, 2, 3),  # an abandoned canary holds 2 of 5 GPUs: grow to 3 for now
+        ("swap", 4, 2, 0, 4),
+        ("swap", 4, 2, 4, 2),  # no room: stay, never shrink for it
+        ("swap", 2, 4, 3, 2),  # shrinking is always allowed
+        ("swap", 4, 4, 3, 4),
+    ],
+)
+def test_stable_within_quota(mode: str, wanted: int, stable_now: int, others: int,
+                             stable: int) -> None:
+    assert cap.stable_within_quota(spec(4, mode, 1), wanted, stable_now, others) == stable
+
+
+@pytest.mark.parametrize(
+    ("weight", "ready", "stable_now", "others", "stable", "canary"),
+    [
+        (50, 0, 2, 2, 3, 0),  # the old canary's 2 pods leave no room for the new one yet
+        (50, 0, 3, 2, 3, 0),
+        (50, 0, 3, 0, 4, 1),  # gone: stable regrows, the new canary starts in the surge slot
+        (5, 1, 4, 1, 3, 1),
+    ],
+)
+def test_swap_counts_other_revisions_against_the_quota(
+        weight: int, ready: int, stable_now: int, others: int, stable: int, canary: int) -> None:
+    got = cap.release_pod_counts(spec(4, "swap", 1), Step(weight=weight), ready, stable_now, others)
+    assert got == cap.PodCounts(stable=stable, canary=canary)
+    assert got.stable + got.canary + others <= 5
