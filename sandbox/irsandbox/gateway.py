@@ -177,8 +177,8 @@ class Gateway:
             capture_output=True, text=True, check=False)
         return "" if r.returncode == 0 else (r.stderr or r.stdout).strip()
 
-    def apply(self, text: str) -> bool:
-        err = self.test_config(text)
+    def apply(self, text: str, tested: bool = False) -> bool:
+        err = "" if tested else self.test_config(text)
         if err:
             log.error("nginx rejected the rendered config (kept the previous one): %s", err)
             return False
@@ -306,13 +306,14 @@ class Gateway:
         full_version = nginxconf.config_version(text)
         rejected: dict[str, str] = {}
         if full_version != self.version or not self.nginx_pid():
-            if self.test_config(text):
+            tested = not self.test_config(text)
+            if not tested:
                 rejected = self.reject_bad_routes(routes, endpoints, full_version)
                 text = self.build([r for r in routes if r.key not in rejected], endpoints)
             version = nginxconf.config_version(text)
             if version != self.version or not self.nginx_pid():
                 t0 = time.monotonic()
-                if not self.apply(text):
+                if not self.apply(text, tested=tested):
                     return
                 log.info("nginx config %s active in %.0f ms: %s", version,
                          (time.monotonic() - t0) * 1000, summary(routes) or "no routes")
@@ -350,7 +351,7 @@ class Gateway:
                 woke = True
             if not woke:
                 continue
-            time.sleep(0.05)  # coalesce bursts (a rollout step touches several objects)
+            time.sleep(0.02)  # coalesce bursts (a rollout step touches several objects)
             self.wake.clear()
             try:
                 self.sync()
