@@ -233,7 +233,8 @@ def summary_line(status: dict[str, Any]) -> str:
     analysis = status.get("analysis") or {}
     metrics = "; ".join(
         f"{k}={'-' if v.get('value') is None else format(v['value'], '.4g')}"
-        f"({v.get('verdict')}, {v.get('threshold')})" for k, v in sorted(analysis.items()))
+        f"({v.get('verdict')}, {v.get('threshold')}"
+        f"{', ' + v['error'] if v.get('error') else ''})" for k, v in sorted(analysis.items()))
     return (f"phase={status.get('phase')} step={status.get('currentStep')} "
             f"weight={status.get('canaryWeight')} {metrics}")
 

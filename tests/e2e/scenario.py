@@ -118,13 +118,23 @@ class Release:
 
     def __init__(self, cluster: Cluster, op: OperatorProcess, ns: str,
                  manifest: dict[str, Any]) -> None:
-        self.cluster, self.op, self.ns, self.manifest = cluster, op, ns, manifest
+        self.cluster, self.op, self.ns = cluster, op, ns
         self.name = manifest["metadata"]["name"]
-        self.host = f"{self.name}.test"
+        # Unique per namespace: the sandbox gateway routes by Host, and a leftover route with
+        # the same hostname elsewhere would take this test's traffic.
+        self.host = f"{self.name}.{ns}.test"
+        self.manifest = self._hosted(manifest)
+
+    def _hosted(self, manifest: dict[str, Any]) -> dict[str, Any]:
+        m = copy.deepcopy(manifest)
+        gw = m["spec"]["traffic"]["gatewayAPI"]
+        if "parentRefs" in gw:
+            gw["hostnames"] = [self.host]
+        return m
 
     def apply(self, manifest: dict[str, Any] | None = None) -> None:
         if manifest is not None:
-            self.manifest = manifest
+            self.manifest = self._hosted(manifest)
         self.cluster.apply_rollout(self.ns, self.manifest)
 
     def status(self) -> dict[str, Any]:

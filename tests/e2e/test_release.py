@@ -154,7 +154,7 @@ def test_deletion_mid_release_returns_traffic_to_stable(
         "gateway.networking.k8s.io", "v1", namespace, "httproutes",
         {"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
          "metadata": {"name": "del"},
-         "spec": {"parentRefs": [{"name": "sandbox"}], "hostnames": ["del.test"],
+         "spec": {"parentRefs": [{"name": "sandbox"}], "hostnames": [f"del.{namespace}.test"],
                   "rules": [{"backendRefs": []}]}})
     manifest = rollout("del", prometheus=cluster.env["PROMETHEUS_URL"], metrics=[],
                        steps=[{"weight": 20, "pause": "10m"}, {"weight": 100}])

@@ -1,0 +1,151 @@
+"""Faults end to end: Prometheus down mid-step, the operator SIGKILLed in every phase.
+
+The route is watched by an independent observer thread (100 ms polls of the HTTPRoute) so the
+assertions are about what traffic actually saw, not about what the operator says it did.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from irsandbox.harness import ROOT, Cluster, OperatorProcess, wait_for
+
+from .scenario import BackgroundLoad, Release, rollout, with_template
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(420)]
+
+
+class RouteObserver(threading.Thread):
+    """Records every distinct canary weight the HTTPRoute holds for one canary revision."""
+
+    def __init__(self, rel: Release) -> None:
+        super().__init__(daemon=True)
+        self.rel, self.canary = rel, ""
+        self.seen: list[int] = []
+        self.halt = threading.Event()
+
+    def run(self) -> None:
+        while not self.halt.is_set():
+            try:
+                weights = self.rel.route()
+            except Exception:  # the API server is fine here; a hiccup is not a finding
+                weights = {}
+            if self.canary and self.canary in weights:
+                w = weights[self.canary]
+                if not self.seen or self.seen[-1] != w:
+                    self.seen.append(w)
+            time.sleep(0.1)
+
+    def stop(self) -> list[int]:
+        self.halt.set()
+        self.join(5)
+        return self.seen
+
+
+def _prometheus_pid() -> int:
+    return int(Path(ROOT / ".sandbox" / "pids" / "prometheus.pid").read_text().split()[0])
+
+
+def test_prometheus_down_mid_step_never_promotes_and_resumes_after(
+        cluster: Cluster, operator_process: OperatorProcess, namespace: str) -> None:
+    # Given a release holding 20% for 10 s, analysed every 5 s
+    rel = Release(cluster, operator_process, namespace,
+                  rollout("prom", prometheus=cluster.env["PROMETHEUS_URL"],
+                          steps=[{"weight": 20, "pause": "10s"}, {"weight": 100}],
+                          analysis={"consecutiveErrorLimit": 50}))
+    rel.apply()
+    v1 = rel.wait_healthy()["stableRevision"]
+    load = BackgroundLoad(cluster.env, rel.host)
+    try:
+        rel.apply(with_template(rel.manifest, version="v2"))
+        rel.wait(lambda s: s.get("canaryWeight") == 20, 90, "canary at 20%")
+        # When Prometheus stops for longer than the step's hold
+        subprocess.run(["kill", str(_prometheus_pid())], check=True)
+        try:
+            down_until = time.monotonic() + 25
+            while time.monotonic() < down_until:
+                st = rel.status()
+                # Then nothing is promoted while the analysis is blind
+                assert st.get("currentStep") == 0 and st.get("canaryWeight") == 20, st
+                assert rel.route()[v1] == 80
+                time.sleep(1)
+            st = rel.status()
+            assert "errors" in st.get("analysis", {}), st
+            errors = st["analysis"]["errors"]
+            assert errors["verdict"] == "Error" and errors["consecutiveErrors"] >= 2, errors
+            assert "Unreachable" in (errors.get("error") or "")
+        finally:
+            subprocess.run(["bash", str(ROOT / "sandbox" / "up.sh")], check=True,
+                           capture_output=True, timeout=180)
+        # and the release goes on once Prometheus answers again
+        rel.wait_healthy(revision=rel.status()["canaryRevision"], timeout=120)
+    finally:
+        load.stop()
+
+
+def test_operator_sigkilled_in_every_phase_ends_right(
+        cluster: Cluster, operator_process: OperatorProcess, namespace: str) -> None:
+    op = operator_process
+    rel = Release(cluster, op, namespace,
+                  rollout("kill", prometheus=cluster.env["PROMETHEUS_URL"],
+                          steps=[{"weight": 5, "pause": "6s"}, {"weight": 20, "pause": "6s"},
+                                 {"weight": 50, "pause": "6s"}, {"weight": 100}],
+                          analysis={"slo": {"ttftP99": "100ms"}}))
+    rel.apply()
+    rel.wait_healthy()
+    load = BackgroundLoad(cluster.env, rel.host)
+    observer = RouteObserver(rel)
+    try:
+        # Ramping: killed right after the new template is applied (canary pods starting)
+        rel.apply(with_template(rel.manifest, version="v2"))
+        op.kill()
+        time.sleep(2)
+        op.start()
+        v2 = rel.wait_canary()
+        observer.canary = v2
+        observer.start()
+        # Pausing: killed in the middle of the 20% hold
+        rel.wait(lambda s: s.get("canaryWeight") == 20, 90, "canary at 20%")
+        time.sleep(2)
+        op.kill()
+        time.sleep(4)
+        op.start()
+        # Analysing: killed just after a measurement was due at 50%
+        st = rel.wait(lambda s: s.get("canaryWeight") == 50, 90, "canary at 50%")
+        last = st.get("lastAnalysisAt")
+        wait_for(lambda: rel.status().get("lastAnalysisAt") != last, 30, "an analysis at 50%")
+        op.kill()
+        time.sleep(3)
+        op.start()
+        # Then the release ends promoted, every step seen once, in order, none skipped
+        rel.wait_healthy(revision=v2, timeout=120)
+        seen = observer.stop()
+        assert [w for w in seen if w > 0] == [5, 20, 50, 100], seen
+
+        # Rolling back: a TTFT regression, the operator killed as the rollback is due
+        observer = RouteObserver(rel)
+        rel.apply(with_template(rel.manifest, version="v3", ttft_ms=400))
+        v3 = rel.wait_canary()
+        observer.canary = v3
+        observer.start()
+        rel.wait(lambda s: s.get("canaryWeight") == 5, 90, "v3 at 5%")
+        op.kill()
+        time.sleep(3)
+        op.start()
+        st = rel.wait(lambda s: s.get("phase") == "Degraded", 120, "v3 rolled back")
+        assert st["abortReason"] == "AnalysisFailed"
+        assert st["stableRevision"] == v2
+        time.sleep(1)
+        seen = observer.stop()
+        assert seen[-1] == 0 and max(seen) == 5, seen
+        assert rel.route() == {v2: 100, v3: 0}
+    finally:
+        observer.halt.set()
+        load.stop()
+        if op.proc is None or op.proc.poll() is not None:
+            op.start()
