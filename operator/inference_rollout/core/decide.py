@@ -104,7 +104,8 @@ def decide(
     world: Observation,
     now: datetime,
 ) -> Decision:
-    run = _Run(spec, status.model_copy(deep=True), world, now)
+    # A private copy to build the new status in (validating a dump is ~3× faster than deepcopy).
+    run = _Run(spec, InferenceRolloutStatus.model_validate(status.model_dump()), world, now)
     if world.invalid and not world.deleting:
         _note_invalid(run)
     if world.deleting:
