@@ -888,3 +888,91 @@ def test_metric_result_counters_survive_a_status_round_trip() -> None:
     back = InferenceRolloutStatus.parse(st.to_body())
     assert back == st
     assert st.to_body()["analysis"]["e"]["consecutiveFailures"] == 1
+
+
+# --- regressions found by the property tests --------------------------------------------------
+
+
+def test_a_step_outlasts_the_call_that_set_its_weight() -> None:
+    """Without metrics and without a hold, and with a promote waiting, the weight still sits for
+    one call: deciding again at the same instant is a fixed point."""
+    sim, _, _ = in_release(analysis={"interval": "10s"}, strategy=steps(
+        {"weight": 30, "manual": True}, 100))
+    sim.reconcile(settle=True)
+    sim.advance(2)
+    d = sim.reconcile(promote=True)
+    assert sim.status.canary_weight == 30 and sim.status.requests.promote
+    again = decide(sim.spec, sim.status, sim.world.observe(sim.body, generation=sim.generation),
+                   sim.now)
+    assert again.actions == () and again.status == sim.status
+    assert d.requeue_after == 0  # and the next call, right away, promotes
+    sim.advance(1)
+    sim.reconcile()
+    assert sim.status.current_step == 1
+
+
+def test_a_rollback_in_swap_mode_regrows_the_stable_in_the_same_decision() -> None:
+    """The step's scaling was computed before the progress deadline rolled back: the later write
+    for the same revision replaces the earlier one (regression: the stable stayed shrunk)."""
+    sim, old, new = in_release(capacity={"mode": "swap", "maxSurge": 1}, strategy={
+        **steps((50, "1h"), 100), "progressDeadline": "30s", "abortScaleDownDelay": "0s"})
+    sim.world.auto_ready = False
+    sim.reconcile()
+    sim.world.set_ready(new, 1)
+    sim.advance(2)
+    sim.reconcile()
+    assert (sim.world.deployments[old].desired, sim.world.deployments[new].desired) == (3, 2)
+    sim.advance(30)
+    d = sim.reconcile()
+    assert sim.status.aborted
+    assert [a for a in d.actions if isinstance(a, EnsureRevision)] == [
+        EnsureRevision(new, 0), EnsureRevision(old, 4)]
+
+
+def test_an_aborted_canary_keeps_its_pods_but_grows_no_more() -> None:
+    """The deadline rolls back in the very call whose scaling would grow the canary (regression:
+    the growth stayed in the actions, over the swap quota)."""
+    sim, old, new = in_release(capacity={"mode": "swap", "maxSurge": 1}, strategy={
+        **steps((50, "1h"), 100), "progressDeadline": "30s", "abortScaleDownDelay": "1m"})
+    sim.world.auto_ready = False
+    sim.reconcile()
+    sim.world.set_ready(new, 1)
+    sim.advance(31)
+    d = sim.reconcile()
+    assert sim.status.aborted
+    assert [a for a in d.actions if isinstance(a, EnsureRevision)] == []
+    assert (sim.world.deployments[old].desired, sim.world.deployments[new].desired) == (4, 1)
+
+
+def test_promotion_never_rescales_the_revision_it_retires() -> None:
+    sim, old, new = in_release(capacity={"mode": "swap", "maxSurge": 1},
+                               strategy={**steps(100), "scaleDownDelay": "0s"})
+    sim.run_until(at_step(0, 100))
+    assert sim.world.deployments[old].desired == 0
+    sim.world.set_ready(new, 3)  # a canary pod crashed: the step's scaling would regrow stable
+    sim.advance(2)
+    d = sim.reconcile(promote=True)
+    assert sim.stable == new
+    assert [a for a in d.actions if isinstance(a, (EnsureRevision, DeleteRevision))] == [
+        DeleteRevision(old)]
+    assert old not in sim.world.deployments
+
+
+def test_promote_full_from_a_manual_wait_reaches_promotion() -> None:
+    sim, _, new = in_release(strategy=steps({"weight": 10, "pause": "5s", "manual": True},
+                                            {"weight": 50, "manual": True}, 100))
+    sim.run_until(lambda s: s.status.paused_reason == r.MANUAL_STEP, limit=120)
+    sim.reconcile(promote_full=True)
+    assert sim.status.paused_reason is None
+    sim.run_until(lambda s: s.stable == new, limit=120)
+
+
+def test_promotion_clears_a_pause() -> None:
+    sim, _, new = in_release(strategy=steps((5, "10s"), (100, "1h")))
+    sim.run_until(at_step(1, 100), limit=120)
+    sim.advance(5)
+    sim.reconcile(pause=True)
+    sim.advance(5)
+    sim.reconcile(promote=True)
+    assert sim.stable == new
+    assert sim.status.paused_reason is None and sim.status.phase == "Healthy"
