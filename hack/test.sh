@@ -14,7 +14,7 @@ step "python environment"
 make -s venv
 
 step "static checks: ruff, mypy (strict on core/api/budget), layering contracts"
-.venv/bin/ruff check operator tests sandbox
+.venv/bin/ruff check operator tests sandbox hack bench
 .venv/bin/mypy
 .venv/bin/lint-imports
 
@@ -22,12 +22,12 @@ step "unit tests"
 $PY -m pytest tests/unit -q -p no:cacheprovider
 
 step "sandbox: build (cached) and start"
-started_here=0
-if ! bash sandbox/up.sh --check >/dev/null 2>&1; then
-  bash sandbox/build.sh
-  bash sandbox/up.sh
-  started_here=1
+started_here=1
+if [ -f .sandbox/env ] && (source .sandbox/env && kubectl get --raw /readyz >/dev/null 2>&1); then
+  started_here=0   # a sandbox was already running: leave it running afterwards
 fi
+bash sandbox/build.sh
+bash sandbox/up.sh   # idempotent: starts only what is not running
 cleanup() { if [ "$started_here" = 1 ] && [ -z "${KEEP_SANDBOX:-}" ]; then bash sandbox/down.sh || true; fi; }
 trap cleanup EXIT
 
