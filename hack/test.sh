@@ -14,7 +14,7 @@ step "python environment"
 make -s venv
 
 step "static checks: ruff, mypy (strict on core/api/budget), layering contracts"
-.venv/bin/ruff check operator tests sandbox hack bench
+.venv/bin/ruff check $(ls -d operator tests sandbox hack bench 2>/dev/null)
 .venv/bin/mypy
 .venv/bin/lint-imports
 
