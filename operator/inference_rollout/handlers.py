@@ -41,6 +41,7 @@ class Runtime:
 
     deps: Deps | None = None
     wake: ClassVar[dict[tuple[str, str], asyncio.Event]] = {}
+    last_error: ClassVar[dict[tuple[str, str], str]] = {}
     metrics_port: int = 8081
     kubeconfig: str | None = None
 
@@ -119,6 +120,7 @@ async def run_rollout(stopped: kopf.DaemonStopped, name: str, namespace: str | N
                 due = time.monotonic()
     finally:
         Runtime.wake.pop(key, None)
+        Runtime.last_error.pop(key, None)
         opmetrics.REGISTRY.forget(namespace=namespace, name=name)
 
 
@@ -135,14 +137,23 @@ async def _sleep_or_wake(wake: asyncio.Event, stopped: kopf.DaemonStopped,
 
 async def _reconcile_once(deps: Deps, namespace: str, name: str) -> float | None:
     """One reconcile from a fresh read; None when the object is gone or being deleted."""
+    key = _key(namespace, name)
+    body = None
     try:
         body = await deps.kube.get_or_none(rollout_path(namespace, name))
         if body is None or body["metadata"].get("deletionTimestamp"):
             return None
-        return await reconcile(deps, body)
+        delay = await reconcile(deps, body)
+        Runtime.last_error.pop(key, None)
+        return delay
     except (RouteError, RevisionError, KubeError) as e:
         opmetrics.REGISTRY.inc("inference_rollout_reconcile_errors_total", kind=type(e).__name__)
         log.warning("%s/%s: %s", namespace, name, e)
+        # One Warning Event per distinct problem, so `kubectl describe` shows why nothing moves
+        # (a missing route, a refused write) without an Event every retry.
+        if body is not None and Runtime.last_error.get(key) != str(e):
+            Runtime.last_error[key] = str(e)
+            await _post_event(body, RecordEvent("Warning", type(e).__name__, str(e)))
         return ERROR_BACKOFF_SECONDS
 
 
