@@ -10,8 +10,11 @@ PY=.venv/bin/python
 
 step() { printf '\n=== %s (%ds)\n' "$1" "$SECONDS"; }
 
-step "python environment"
+step "python environment and tools"
 make -s venv
+if ! command -v shellcheck >/dev/null; then   # the kind script is checked, not run (no Docker)
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq shellcheck
+fi
 
 step "static checks: ruff, mypy (strict on core/api/budget), layering contracts"
 .venv/bin/ruff check $(ls -d operator tests sandbox hack bench 2>/dev/null)

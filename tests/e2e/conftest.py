@@ -20,7 +20,7 @@ def cluster() -> Cluster:
     return c
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")  # gone before tests/sandbox runs its own operator (RBAC proof)
 def operator_process(cluster: Cluster) -> Iterator[OperatorProcess]:
     op = OperatorProcess(cluster.env, log_name="operator-e2e")
     op.start()

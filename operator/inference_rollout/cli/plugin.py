@@ -4,6 +4,7 @@ Steering verbs write one-shot requests into ``status.requests`` through the stat
 (the operator acts on them and clears them), so a manifest synced from git never drifts.
 
     kubectl inference-rollout get NAME [-n NS] [-o text|json|yaml]
+    kubectl inference-rollout watch NAME [--timeout 30m]   (exit 0 Healthy, 1 Degraded, 2 timeout)
     kubectl inference-rollout promote NAME [--full]
     kubectl inference-rollout abort|retry|pause|resume NAME
     kubectl inference-rollout lint -f FILE...      (offline)
@@ -16,11 +17,14 @@ import argparse
 import asyncio
 import json
 import sys
+import time
 from typing import Any
 
+import httpx
 import yaml
 
-from ..kube import Kube, KubeError, load_configuration
+from ..api.duration import parse_duration
+from ..kube import Kube, KubeError, load_configuration, ns_path
 from ..reconciler import rollout_path
 from .offline import add_offline_commands
 from .render import render_rollout
@@ -46,6 +50,9 @@ def _parser() -> argparse.ArgumentParser:
 
     get = with_target("get", "show a rollout: revisions, weights, step, metrics vs thresholds")
     get.add_argument("-o", "--output", choices=("text", "json", "yaml"), default="text")
+    watch = with_target("watch", "follow a rollout live; exit 0 when Healthy, 1 when Degraded")
+    watch.add_argument("--timeout", default="30m", help="give up after this long (exit 2)")
+    watch.add_argument("--interval", type=float, default=2.0, help=argparse.SUPPRESS)
     promote = with_target("promote", "finish the current step now (--full: go to 100%%)")
     promote.add_argument("--full", action="store_true")
     for verb, text in (("abort", "roll back: all traffic to stable"),
@@ -82,6 +89,8 @@ async def _run(args: argparse.Namespace) -> int:
             body = await _get(kube, path, ns, args.name)
             _print(body, args.output)
             return 0
+        if args.verb == "watch":
+            return await _watch(kube, path, ns, args)
         request = "promoteFull" if args.verb == "promote" and args.full else \
             REQUEST_OF_VERB.get(args.verb, "promote")
         await _get(kube, path, ns, args.name)
@@ -91,14 +100,45 @@ async def _run(args: argparse.Namespace) -> int:
         return 0
     except KubeError as e:
         raise CliError(_explain(e, ns, args.name)) from e
-    except OSError as e:
-        raise CliError(f"no cluster: cannot reach the API server ({e})") from e
+    except (OSError, httpx.HTTPError) as e:
+        raise CliError(f"no cluster: cannot reach the API server ({e!r})") from e
     finally:
         await kube.close()
 
 
 async def _get(kube: Kube, path: str, ns: str, name: str) -> dict[str, Any]:
     return await kube.get(path)
+
+
+WATCH_TIMEOUT_EXIT = 2
+
+
+async def _watch(kube: Kube, path: str, ns: str, args: argparse.Namespace) -> int:
+    """Redraw the rollout and its recent Events until it settles.  The exit code lets a CI
+    pipeline gate on a release: 0 Healthy (for the current generation), 1 Degraded, 2 timeout."""
+    deadline = time.monotonic() + parse_duration(args.timeout)
+    tty = sys.stdout.isatty()
+    while True:
+        body = await kube.get(path)
+        events = await kube.get(ns_path("", "v1", ns, "events"), params={
+            "fieldSelector": f"involvedObject.name={args.name},"
+                             "involvedObject.kind=InferenceRollout"})
+        recent = sorted(events.get("items", []),
+                        key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")[-5:]
+        view = render_rollout(body) + "\nRecent events:\n" + "\n".join(
+            f"  {e.get('type', ''):<8} {e.get('reason', ''):<24} {e.get('message', '')}"
+            for e in recent)
+        print(("\x1b[H\x1b[2J" if tty else "\n") + view, flush=True)
+        st = body.get("status") or {}
+        current = st.get("observedGeneration") == body["metadata"].get("generation")
+        if current and st.get("phase") == "Healthy" and not st.get("canaryRevision"):
+            return 0
+        if current and st.get("phase") == "Degraded":
+            return 1
+        if time.monotonic() >= deadline:
+            print(f"timed out after {args.timeout}", file=sys.stderr)
+            return WATCH_TIMEOUT_EXIT
+        await asyncio.sleep(args.interval)
 
 
 def _explain(e: KubeError, ns: str, name: str) -> str:
