@@ -1,15 +1,24 @@
-"""A response-corrupting proxy in front of one simulator: the sandbox's "bad model".
+"""The shim in front of every simulator: vLLM's HTTP metrics, and the sandbox's "bad model".
 
-The bridge starts it for a pod that carries ``sim.inference.dev/business-fail-rate`` (percent).
-It forwards everything to the simulator unchanged, except that that share of successful chat and
-text completions comes back with prose before the answer
-(``Sure! Here is the JSON you asked for:`` + the model's text), as a model that has stopped
-following a "reply with JSON only" instruction does. A client that checks "the reply is the JSON I
-asked for" (``irsandbox.loadgen --json-check``) then fails exactly that share of its checks, while
-latency, status codes and the simulator's own metrics stay those of a healthy server.
+The bridge starts one for every vLLM pod; traffic (the gateway's endpoint) and Prometheus' scrape
+go to it, and it forwards everything to the simulator. Two jobs:
 
-The share is exact, not random: an error-diffusion counter corrupts response k when
-``floor(k * rate / 100)`` steps up, so 8 % means 8 of every 100 responses.
+1. **HTTP metrics.** Every response it serves is counted as prometheus-fastapi-instrumentator
+   counts it in a real vLLM server: ``http_requests_total{handler, method, status="2xx"|"4xx"|
+   "5xx"}``, ``http_request_duration_seconds{handler, method}`` and
+   ``http_request_duration_highr_seconds`` (:mod:`irsandbox.httpmetrics`). ``GET /metrics``
+   fetches the simulator's own ``/metrics`` and appends these families, so a pod stays one
+   scrape target. llm-d-inference-sim counts its injected failures in no metric; here a 503 it
+   injects is a ``status="5xx"`` sample, as it would be on vLLM.
+2. **Business failures.** For a pod with ``sim.inference.dev/business-fail-rate`` (percent), that
+   share of successful chat and text completions comes back with prose before the answer
+   (``Sure! Here is the JSON you asked for:`` + the model's text), as a model that has stopped
+   following a "reply with JSON only" instruction does. A client that checks "the reply is the
+   JSON I asked for" (``irsandbox.loadgen --json-check``) then fails exactly that share of its
+   checks, while latency, status codes and the metrics stay those of a healthy server. The share
+   is exact, not random: an error-diffusion counter corrupts response k when
+   ``floor(k * rate / 100)`` steps up, so 8 % means 8 of every 100 responses. Rate 0 (no
+   annotation) changes nothing.
 
 ``GET /-/shim/config`` shows the rate and counters; ``POST /-/shim/config`` with
 ``{"business-fail-rate": 10}`` changes it (the bridge does that when the annotation changes).
@@ -20,11 +29,15 @@ The share is exact, not random: an error-diffusion counter corrupts response k w
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
+import time
 from typing import Any
 
 import aiohttp
 from aiohttp import web
+
+from .httpmetrics import HttpMetrics, handler_of, merge
 
 PREFIX = "Sure! Here is the JSON you asked for:\n"
 HOP_BY_HOP = {
@@ -32,6 +45,8 @@ HOP_BY_HOP = {
     "transfer-encoding", "upgrade", "content-length", "host",
 }
 CHECKED_PATHS = ("/v1/chat/completions", "/v1/completions")
+#: Prometheus' text format, version 0.0.4: what the simulator serves and the shim appends to.
+METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
 class Corrupter:
@@ -104,6 +119,7 @@ class FaultProxy:
         self.upstream = upstream.rstrip("/")
         self.corrupter = Corrupter(rate)
         self.pod = pod
+        self.metrics = HttpMetrics()
         self.session: aiohttp.ClientSession | None = None
 
     async def start(self, app: web.Application) -> None:
@@ -131,7 +147,46 @@ class FaultProxy:
         return web.json_response({"pod": self.pod, "business-fail-rate": c.rate,
                                   "seen": c.seen, "corrupted": c.corrupted})
 
+    async def metrics_page(self, request: web.Request) -> web.Response:
+        """The simulator's ``/metrics`` with the shim's HTTP metrics appended. If the simulator
+        does not answer, neither does this (Prometheus records ``up`` = 0 for the pod, as for a
+        vLLM server that is down)."""
+        assert self.session is not None
+        try:
+            async with self.session.get(
+                self.upstream + "/metrics",
+                headers={"Accept": "text/plain;version=0.0.4", "Accept-Encoding": "identity"},
+                timeout=aiohttp.ClientTimeout(total=5),
+            ) as upstream:
+                text = await upstream.text()
+                if upstream.status != 200:
+                    return web.Response(status=502, text=f"upstream /metrics: {upstream.status}")
+        except (TimeoutError, aiohttp.ClientError) as e:
+            return web.Response(status=502, text=f"upstream /metrics: {e!r}")
+        return web.Response(body=merge(text, self.metrics).encode(),
+                            headers={"Content-Type": METRICS_CONTENT_TYPE})
+
     async def forward(self, request: web.Request) -> web.StreamResponse:
+        """Forward one request; count the response it served (status as sent, duration until
+        its last byte), unless nothing was sent (the client went away first)."""
+        start = time.perf_counter()
+        handler = handler_of(request.path)
+        served: dict[str, int] = {}  # "status": the status line sent, or about to be
+        try:
+            return await self._forward(request, served)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            # before a status line went out, aiohttp answers the error with a 500; after it, the
+            # client has the status it was sent (and a body cut short)
+            served.setdefault("status", 500)
+            raise
+        finally:
+            if handler is not None and served.get("status"):
+                self.metrics.observe(handler, request.method, served["status"],
+                                     time.perf_counter() - start)
+
+    async def _forward(self, request: web.Request, served: dict[str, int]) -> web.StreamResponse:
         assert self.session is not None
         headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP}
         data = await request.read()
@@ -139,6 +194,7 @@ class FaultProxy:
         try:
             upstream = await self.session.request(request.method, url, headers=headers, data=data)
         except aiohttp.ClientError as e:
+            served["status"] = 502
             return web.json_response({"error": f"upstream: {e}"}, status=502)
         async with upstream:
             checked = (
@@ -153,10 +209,12 @@ class FaultProxy:
                 body = await upstream.read()
                 if checked and self.corrupter.next():
                     body = corrupt_body(body)
+                served["status"] = upstream.status
                 return web.Response(status=upstream.status, headers=out_headers, body=body)
             corrupt = checked and self.corrupter.next()
             resp = web.StreamResponse(status=upstream.status, headers=out_headers)
             await resp.prepare(request)
+            served["status"] = upstream.status
             async for line in upstream.content:
                 if corrupt:
                     line, changed = corrupt_sse_line(line)
@@ -164,6 +222,14 @@ class FaultProxy:
                 await resp.write(line)
             await resp.write_eof()
             return resp
+
+
+def add_routes(app: web.Application, proxy: FaultProxy) -> None:
+    app.on_startup.append(proxy.start)
+    app.on_cleanup.append(proxy.stop)
+    app.router.add_route("*", "/-/shim/config", proxy.config)
+    app.router.add_get("/metrics", proxy.metrics_page, allow_head=False)
+    app.router.add_route("*", "/{tail:.*}", proxy.forward)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -176,10 +242,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     proxy = FaultProxy(f"http://127.0.0.1:{args.upstream_port}", args.rate, args.pod)
     app = web.Application(client_max_size=64 * 1024 * 1024)
-    app.on_startup.append(proxy.start)
-    app.on_cleanup.append(proxy.stop)
-    app.router.add_route("*", "/-/shim/config", proxy.config)
-    app.router.add_route("*", "/{tail:.*}", proxy.forward)
+    add_routes(app, proxy)
     web.run_app(app, host="127.0.0.1", port=args.listen_port, access_log=None,
                 print=None, handle_signals=True)  # SIGTERM/SIGINT: graceful exit
 
