@@ -3,17 +3,21 @@
 For every pod that is scheduled on a KWOK node and runs a vLLM server (a container named ``vllm``,
 or one whose args contain ``--model``), the bridge runs one llm-d-inference-sim process on a free
 loopback port, with the pod's model name and the behaviour its ``sim.inference.dev/*``
-annotations ask for (``--startup-duration`` = ``startup-seconds``: the simulated model load).
+annotations ask for (``--startup-duration`` = ``startup-seconds``: the simulated model load), and
+in front of it a shim (``irsandbox.faultproxy``) on a second port: it counts the responses served
+as vLLM's ``http_requests_total``/``http_request_duration_seconds`` (appended to the simulator's
+``/metrics``) and corrupts ``business-fail-rate`` percent of the completions.
 
-- The pod enters the endpoint map (``<state>/bridge/endpoints.json``, pod -> 127.0.0.1:port, which
-  the gateway routes by) once its simulator answers ``/health``.
+- The pod enters the endpoint map (``<state>/bridge/endpoints.json``, pod -> 127.0.0.1:<shim
+  port>, which the gateway routes by) once its simulator answers ``/health`` and its shim
+  ``/-/shim/config``.
 - KWOK owns the pod's ``Ready`` condition (sandbox/kwok/stages.yaml: Ready after
   ``startup-seconds``). The bridge reports the simulator's own ``/health/ready`` verdict in the
   pod condition ``sim.inference.dev/loaded``.
-- Each simulator is a Prometheus target (file_sd ``<targets>/<ns>_<pod>.json``) with labels
+- Each pod's shim is a Prometheus target (file_sd ``<targets>/<ns>_<pod>.json``) with labels
   ``namespace``, ``pod``, ``container`` and the pod's labels, sanitised as kube-prometheus does.
 - Annotation changes on a running pod go to the simulator's ``/admin/config`` (latencies, failure
-  injection) or the fault proxy (business-fail-rate).
+  injection) or the shim (business-fail-rate).
 - When the pod object is gone: out of the map, SIGTERM after ``--drain-seconds``.
 
     python -m irsandbox.bridge [--kubeconfig PATH] [--state-dir .sandbox]
@@ -108,7 +112,8 @@ def is_kwok_node(node: dict[str, Any]) -> bool:
 
 @dataclass
 class Backend:
-    """One pod's "container": the simulator (and the fault proxy when asked for)."""
+    """One pod's "container": the simulator and the shim in front of it (a backend adopted from
+    a bridge older than the always-on shim may have none: ``shim_port`` 0)."""
 
     uid: str
     namespace: str
@@ -142,7 +147,7 @@ class Backend:
 
     @property
     def port(self) -> int:
-        """The port traffic goes to (the fault proxy's, if there is one)."""
+        """The port traffic and scrapes go to (the shim's; the simulator's if it has none)."""
         return self.shim_port or self.sim_port
 
     @property
@@ -323,18 +328,17 @@ class Bridge:
         b.loaded = False
         b.loaded_at = 0.0
         b.serving = False
-        if behave.business_fail_rate is not None:
-            if not b.shim_port:
-                b.shim_port = self._free_port({b.sim_port})
-            shim = self._spawn(b, "shim", [
-                self.python, "-m", "irsandbox.faultproxy", f"--listen-port={b.shim_port}",
-                f"--upstream-port={b.sim_port}", f"--rate={behave.business_fail_rate:g}",
-                f"--pod={b.key}",
-            ])
-            b.shim_pid = shim.pid
-        log.info("%s: started simulator pid %s on 127.0.0.1:%s (model %s%s)", b.key, b.sim_pid,
-                 b.sim_port, args.public_name,
-                 f", fault proxy on :{b.shim_port}" if b.shim_port else "")
+        # the shim, always: vLLM's HTTP metrics are counted there (and business failures made)
+        if not b.shim_port:
+            b.shim_port = self._free_port({b.sim_port})
+        shim = self._spawn(b, "shim", [
+            self.python, "-m", "irsandbox.faultproxy", f"--listen-port={b.shim_port}",
+            f"--upstream-port={b.sim_port}", f"--rate={behave.business_fail_rate or 0:g}",
+            f"--pod={b.key}",
+        ])
+        b.shim_pid = shim.pid
+        log.info("%s: started simulator pid %s on 127.0.0.1:%s, shim on :%s (model %s)", b.key,
+                 b.sim_pid, b.sim_port, b.shim_port, args.public_name)
 
     def start_backend(self, pod: dict[str, Any], args: VLLMArgs) -> Backend:
         meta = pod["metadata"]
@@ -385,8 +389,8 @@ class Bridge:
 
     def apply_annotations(self, b: Backend, pod: dict[str, Any]) -> None:
         """Latencies and failure injection go to the running simulator through its
-        ``/admin/config``; the business-fail rate to the fault proxy. ``mode``, and adding or
-        removing the fault proxy, need a new process: they apply to new pods only."""
+        ``/admin/config``; the business-fail rate (absent: 0) to the shim. ``mode`` needs a new
+        process: it applies to new pods only."""
         new = podspec.behaviour_of((pod.get("metadata") or {}).get("annotations"))
         old = b.behave
         if new == old:
@@ -403,30 +407,31 @@ class Bridge:
             log.info("%s: applied %s through /admin/config", b.key, delta)
             for k in ("ttft_ms", "itl_ms", "failure_rate", "failure_types"):
                 applied[k] = behaviour_dict(new)[k]
-        if (b.shim_port and new.business_fail_rate is not None
-                and new.business_fail_rate != old.business_fail_rate):
+        if b.shim_port and (new.business_fail_rate or 0) != (old.business_fail_rate or 0):
             try:
                 r = self.http.post(f"http://127.0.0.1:{b.shim_port}/-/shim/config",
-                                   json={"business-fail-rate": new.business_fail_rate})
+                                   json={"business-fail-rate": new.business_fail_rate or 0})
                 r.raise_for_status()
             except httpx.HTTPError as e:
-                log.warning("%s: fault proxy config failed: %s", b.key, e)
+                log.warning("%s: shim config failed: %s", b.key, e)
                 return
-            log.info("%s: business-fail-rate now %g%%", b.key, new.business_fail_rate)
+            log.info("%s: business-fail-rate now %g%%", b.key, new.business_fail_rate or 0)
+        if b.shim_port:
             applied["business_fail_rate"] = new.business_fail_rate
         # the simulated load time matters again only if the process restarts
         applied["startup_seconds"] = new.startup_seconds
         b.behaviour = applied
         if b.behave != new and b.warned != repr(new):
             b.warned = repr(new)
-            log.warning("%s: mode, or adding/removing business-fail-rate, applies to new pods "
-                        "only; the running simulator keeps mode=%s business-fail-rate=%s",
-                        b.key, b.behave.mode, b.behave.business_fail_rate)
+            log.warning("%s: mode (and, for a pod started without a shim, business-fail-rate) "
+                        "applies to new pods only; the running simulator keeps mode=%s "
+                        "business-fail-rate=%s", b.key, b.behave.mode,
+                        b.behave.business_fail_rate)
 
     # --- readiness ------------------------------------------------------------------------------
 
     def probe(self, b: Backend) -> None:
-        """``serving``: the simulator answers ``/health`` (and the fault proxy, if any): only then
+        """``serving``: the simulator answers ``/health`` (and the shim, if any): only then
         is the pod in the endpoint map the gateway routes by. ``loaded``: ``/health/ready`` is 200
         (after ``--startup-duration``, the simulated model load)."""
         if b.loaded:
@@ -517,7 +522,7 @@ class Bridge:
                                        (podspec.find_vllm_container(pod) or {}).get("name", "vllm"))
             tl[TARGET_OWNER_LABEL] = "bridge"
             want_targets[f"{b.file_stem()}.json"] = [
-                {"targets": [f"127.0.0.1:{b.sim_port}"], "labels": tl}]
+                {"targets": [f"127.0.0.1:{b.port}"], "labels": tl}]
         doc = {"pods": pods,
                "ports": {str(v["port"]): k for k, v in sorted(pods.items())}}
         snapshot = (doc, want_targets)

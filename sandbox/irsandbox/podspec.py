@@ -190,7 +190,7 @@ class Behaviour:
     failure_rate: int = 0
     failure_types: tuple[str, ...] = DEFAULT_FAILURE_TYPES
     startup_seconds: float = 0.0
-    #: None: no response-corrupting proxy in front of the simulator (the annotation is absent).
+    #: None: the annotation is absent (the shim in front of the simulator corrupts nothing).
     business_fail_rate: float | None = None
     mode: str = "echo"
     problems: tuple[str, ...] = field(default=(), compare=False)
@@ -299,12 +299,11 @@ def admin_config_delta(old: Behaviour, new: Behaviour) -> dict[str, Any]:
 
 
 def needs_restart(old: Behaviour, new: Behaviour) -> bool:
-    """Changes a running simulator cannot take through /admin/config. The bridge does not restart
-    for them (a container keeps running when annotations change); it logs that they apply to new
-    pods only."""
-    return old.mode != new.mode or (old.business_fail_rate is None) != (
-        new.business_fail_rate is None
-    )
+    """Changes a running simulator cannot take through /admin/config (or its shim through
+    ``/-/shim/config``: the business-fail rate, absent = 0). The bridge does not restart for them
+    (a container keeps running when annotations change); it logs that they apply to new pods
+    only."""
+    return old.mode != new.mode
 
 
 # --- pod state ---------------------------------------------------------------------------------

@@ -124,7 +124,9 @@ def test_admin_config_delta():
         "failure-types": ["rate_limit"]}
     assert podspec.admin_config_delta(old, old) == {}
     assert podspec.needs_restart(old, Behaviour(mode="random"))
-    assert podspec.needs_restart(old, Behaviour(business_fail_rate=0))
+    # every pod has a shim: adding or removing business-fail-rate is a live change
+    assert not podspec.needs_restart(old, Behaviour(business_fail_rate=0))
+    assert not podspec.needs_restart(Behaviour(business_fail_rate=5), old)
     assert not podspec.needs_restart(Behaviour(business_fail_rate=0),
                                      Behaviour(business_fail_rate=9))
 
