@@ -976,3 +976,20 @@ def test_promotion_clears_a_pause() -> None:
     sim.reconcile(promote=True)
     assert sim.stable == new
     assert sim.status.paused_reason is None and sim.status.phase == "Healthy"
+
+
+def test_a_promotion_repeated_after_a_lost_status_write_does_not_recreate_the_old_stable() -> None:
+    sim, old, new = in_release(strategy={**steps((100, "10s")), "scaleDownDelay": "0s"})
+    sim.run_until(at_step(0, 100))
+    sim.advance(10)
+    before = sim.status
+    d = sim.reconcile()
+    assert sim.stable == new and DeleteRevision(old) in d.actions
+    assert old not in sim.world.deployments
+    # the status write is lost: the restarted operator measures and decides again from the old
+    # status, with the world as the lost decision left it
+    assert analysis_due(sim.spec, before, sim.now)
+    again = decide(sim.spec, before, sim.world.observe(
+        sim.body, generation=sim.generation, measurements=sim.measure()), sim.now)
+    assert again.status == d.status
+    assert not [a for a in again.actions if isinstance(a, EnsureRevision) and a.revision == old]
