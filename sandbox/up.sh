@@ -26,6 +26,7 @@ ensure_binaries() {
   [[ -d "${IR_CACHE}/crds/gateway-api-${GATEWAY_API_VERSION}" ]] || missing=1
   [[ -d "${IR_CACHE}/crds/gateway-api-inference-extension-${GATEWAY_API_INFERENCE_EXTENSION_VERSION}" ]] || missing=1
   command -v prometheus >/dev/null || missing=1
+  command -v nginx >/dev/null || missing=1
   if ((missing)); then
     log build "binaries missing from ${IR_CACHE}; running sandbox/build.sh (the first build takes long)"
     bash "${IR_SANDBOX_DIR}/build.sh"
