@@ -215,11 +215,14 @@ class FaultProxy:
             resp = web.StreamResponse(status=upstream.status, headers=out_headers)
             await resp.prepare(request)
             served["status"] = upstream.status
-            async for line in upstream.content:
-                if corrupt:
+            if corrupt:  # line by line up to the first content delta, which gets the prefix
+                async for line in upstream.content:
                     line, changed = corrupt_sse_line(line)
-                    corrupt = not changed
-                await resp.write(line)
+                    await resp.write(line)
+                    if changed:
+                        break
+            async for chunk in upstream.content.iter_any():  # the rest: bytes as they arrive
+                await resp.write(chunk)
             await resp.write_eof()
             return resp
 
