@@ -28,6 +28,9 @@ def _parser() -> argparse.ArgumentParser:
     op.add_argument("--metrics-port", type=int, default=8081)
     op.add_argument("--kubeconfig", default=None, help="default: $KUBECONFIG or in-cluster")
     op.add_argument("--verbose", "-v", action="store_true")
+    op.add_argument("--service-proxy", default=None, metavar="URL",
+                    help="send the business evaluation's requests to revision Services through "
+                         "this HTTP forward proxy (when the operator runs outside the cluster)")
     sub.add_parser("crd", help="print the CustomResourceDefinition YAML")
     return p
 
@@ -41,6 +44,7 @@ def run_operator(args: argparse.Namespace) -> int:
         os.environ["KUBECONFIG"] = args.kubeconfig
     handlers.Runtime.kubeconfig = args.kubeconfig
     handlers.Runtime.metrics_port = args.metrics_port
+    handlers.Runtime.service_proxy = args.service_proxy
     fmt = kopf.LogFormat.JSON if args.log_format == "json" else kopf.LogFormat.PLAIN
     kopf.configure(verbose=args.verbose, log_format=fmt)
     asyncio.run(kopf.operator(

@@ -44,6 +44,7 @@ class Runtime:
     last_error: ClassVar[dict[tuple[str, str], str]] = {}
     metrics_port: int = 8081
     kubeconfig: str | None = None
+    service_proxy: str | None = None  # --service-proxy: the evaluation's HTTP forward proxy
 
 
 async def _post_event(body: dict[str, Any], event: RecordEvent) -> None:
@@ -67,7 +68,8 @@ def configure(settings: kopf.OperatorSettings) -> None:
 @kopf.on.startup()
 async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
     configure(settings)
-    Runtime.deps = Deps(kube=Kube(load_configuration(Runtime.kubeconfig)), post_event=_post_event)
+    Runtime.deps = Deps(kube=Kube(load_configuration(Runtime.kubeconfig)), post_event=_post_event,
+                        service_proxy=Runtime.service_proxy)
     app = web.Application()
     app.router.add_get("/metrics", _metrics)
     runner = web.AppRunner(app)

@@ -31,18 +31,22 @@ from .budget.lint import lint_manifest
 from .core import validation
 from .core.analysis import effective_metrics
 from .core.decide import IDLE_SECONDS, analysis_due, decide
+from .core.gate import evaluation_due
 from .core.revision import template_hash
 from .core.types import (
     Action,
     Decision,
     DeleteRevision,
     EnsureRevision,
+    EvaluationOutcome,
     Measurement,
     MeasurementError,
     Observation,
     RecordEvent,
     SetWeights,
 )
+from .evaluation.cases import CasesError, parse_cases
+from .evaluation.runner import run_evaluation, served_model, service_url
 from .kube import Kube, KubeError, ns_path
 from .metrics.analysis import measure
 from .metrics.source import MetricSource, PrometheusSource
@@ -63,6 +67,7 @@ class Deps:
     kube: Kube
     post_event: EventSink
     now: Callable[[], datetime] = lambda: datetime.now(UTC)
+    service_proxy: str | None = None  # the evaluation reaches revision Services through it
     sources: dict[tuple[str, float, str | None], MetricSource] = field(default_factory=dict)
     lint_cache: dict[tuple[str, int, tuple[str, ...] | None], list[str]] = field(
         default_factory=dict)
@@ -125,12 +130,17 @@ async def reconcile(deps: Deps, body: dict[str, Any]) -> float:
     if analysis_due(spec, status, now) and not deleting:
         measurements = await _measure(deps, spec, status, ns, name)
         now = deps.now()
+    evaluation = None
+    if not deleting and evaluation_due(spec, status, now, world_revisions):
+        evaluation = await _evaluate(deps, spec, status, ns, name, revisions)
+        now = deps.now()
     world = Observation(
         generation=generation,
         template_hash=template_hash(body["spec"]["template"]),
         revisions=world_revisions,
         route=route,
         measurements=measurements,
+        evaluation=evaluation,
         invalid=tuple(invalid),
         deleting=deleting,
     )
@@ -160,6 +170,42 @@ async def _measure(deps: Deps, spec: InferenceRolloutSpec, status: InferenceRoll
         source, ns, name, status.canary_revision, status.stable_revision, metrics,
         parse_duration(spec.analysis.interval), spec.analysis.min_samples,
         scrape_interval_s=parse_duration(spec.analysis.prometheus.scrape_interval))
+
+
+async def _evaluate(deps: Deps, spec: InferenceRolloutSpec, status: InferenceRolloutStatus,
+                    ns: str, name: str, revisions: Revisions) -> EvaluationOutcome:
+    """Run the business evaluation set against canary and stable; any problem is an error
+    outcome (retried by the gate, never a pass)."""
+    ev, canary, stable = spec.evaluation, status.canary_revision, status.stable_revision
+    assert ev is not None and canary is not None and stable is not None
+    ref = ev.config_map_ref
+    try:
+        cm = await deps.kube.get(ns_path("", "v1", ns, "configmaps", ref.name))
+    except KubeError as e:
+        return EvaluationOutcome(canary, error=f"ConfigMap {ref.name}: {e.message}")
+    text = (cm.get("data") or {}).get(ref.key)
+    if text is None:
+        return EvaluationOutcome(canary, error=f"ConfigMap {ref.name} has no key {ref.key!r}")
+    try:
+        cases = parse_cases(text, ev.sample_size)
+        model = served_model(spec.template)
+        stable_tmpl = revisions.templates.get(stable)
+        stable_port = (PodTemplate.model_validate(stable_tmpl).serving_port() if stable_tmpl
+                       else spec.template.serving_port())
+        canary_port = spec.template.serving_port()
+    except CasesError as e:
+        return EvaluationOutcome(canary, error=f"ConfigMap {ref.name} key {ref.key}: {e}")
+    except ValueError as e:
+        return EvaluationOutcome(canary, error=str(e))
+    log.info("%s/%s: evaluating canary %s against stable %s (%d cases)", ns, name, canary,
+             stable, len(cases))
+    result = await run_evaluation(
+        cases, service_url(name, canary, ns, canary_port), service_url(name, stable, ns,
+                                                                       stable_port),
+        model, concurrency=ev.concurrency, timeout=parse_duration(ev.timeout),
+        proxy=deps.service_proxy)
+    return EvaluationOutcome(canary, result.canary_score, result.stable_score, result.cases,
+                             result.error, result.detail)
 
 
 async def apply_actions(deps: Deps, body: dict[str, Any], decision: Decision,

@@ -72,6 +72,13 @@ namespace in namespaces mode). */}}
 - apiGroups: [""]
   resources: ["events"]
   verbs: ["create"]
+# ConfigMaps.
+#   get    - the business evaluation set named by spec.evaluation.configMapRef, read before each
+#            run (once per canary revision, plus retries after an error). No list or watch, no
+#            write. Names are per rollout, so resourceNames cannot narrow it.
+- apiGroups: [""]
+  resources: ["configmaps"]
+  verbs: ["get"]
 # No InferencePool rule: with backendKind InferencePool the operator only names the pools in the
 #   route's backendRefs; it neither reads nor writes InferencePool objects.
 {{- if .Values.prometheus.bearerTokenSecret }}

@@ -50,6 +50,15 @@ ABORT_REQUESTED = "AbortRequested"
 ABORT_REQUESTED_MSG = "rolled back on request"
 ERROR_LIMIT_ABORT = "AnalysisErrorLimit"
 ERROR_LIMIT_ABORT_MSG = "rolled back: {details} failed to measure {count} times in a row"
+EVALUATION_FAILED = "EvaluationFailed"
+EVALUATION_FAILED_MSG = (
+    "rolled back: business evaluation of canary {canary} scored {canary_score:.1f} points, "
+    "stable {stable_score:.1f} (more than {max_drop:g} below; {cases} cases)"
+)
+EVALUATION_ERROR_LIMIT_ABORT = "EvaluationErrorLimit"
+EVALUATION_ERROR_LIMIT_ABORT_MSG = (
+    "rolled back: the business evaluation failed to run {count} times in a row: {detail}"
+)
 RETRY_REQUESTED = "RetryRequested"
 RETRY_REQUESTED_MSG = "retrying revision {canary} from step 1"
 
@@ -60,12 +69,30 @@ ERROR_LIMIT_PAUSE = "AnalysisErrorLimit"
 ERROR_LIMIT_PAUSE_MSG = (
     "paused: {details} failed to measure {count} times in a row; resume to retry"
 )
+EVALUATION_ERROR_LIMIT_PAUSE = "EvaluationErrorLimit"
+EVALUATION_ERROR_LIMIT_PAUSE_MSG = (
+    "paused: the business evaluation failed to run {count} times in a row: {detail}; "
+    "resume to retry"
+)
 MANUAL_STEP = "WaitingForPromote"
 MANUAL_STEP_MSG = "step {step}/{steps} held; promote to continue"
 
 # Analysis
 VERDICT_CHANGED = "AnalysisVerdict"
 VERDICT_CHANGED_MSG = "{metric}: {verdict} ({value} vs {threshold})"
+
+# Business evaluation gate
+EVALUATION_PASSED = "EvaluationPassed"
+EVALUATION_PASSED_MSG = (
+    "business evaluation of canary {canary}: {canary_score:.1f} points, stable "
+    "{stable_score:.1f} (allowed drop {max_drop:g}; {cases} cases): traffic may shift"
+)
+EVALUATION_ERROR = "EvaluationError"
+EVALUATION_ERROR_MSG = (
+    "business evaluation of canary {canary} could not run ({count}/{limit}): {detail}; "
+    "retrying in {interval}"
+)
+EVALUATION_PENDING_MSG = "step 1/{steps}: waiting for the business evaluation of canary {canary}"
 
 # Deletion
 DELETING = "Deleting"

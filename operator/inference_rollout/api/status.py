@@ -51,6 +51,18 @@ class MetricResult(StatusModel):
     passes: int = 0
 
 
+class EvaluationResult(StatusModel):
+    """The business evaluation gate's latest result for one canary revision (Principle 11)."""
+
+    revision: str
+    canary_score: float | None = Field(None, description="Canary's score, points 0-100.")
+    stable_score: float | None = Field(None, description="Stable's score, points 0-100.")
+    verdict: Literal["Pass", "Fail", "Error"]
+    measured_at: str
+    message: str = ""
+    consecutive_errors: int = 0
+
+
 class Requests(StatusModel):
     """Steering requests written by ``kubectl inference-rollout``.
 
@@ -88,6 +100,9 @@ class InferenceRolloutStatus(StatusModel):
         description="Revisions to scale down, with the time after which they may go.",
     )
     analysis: dict[str, MetricResult] = Field(default_factory=dict)
+    evaluation: EvaluationResult | None = Field(
+        None, description="The business evaluation of the current canary, once it has run."
+    )
     conditions: list[Condition] = Field(default_factory=list)
     message: str = ""
     requests: Requests = Field(default_factory=Requests)

@@ -29,6 +29,7 @@ from ..api.duration import format_duration, parse_duration
 from ..api.spec import InferenceRolloutSpec, Step
 from ..api.status import InferenceRolloutStatus, Requests
 from . import analysis as an
+from . import gate
 from .capacity import canary_target, ready_enough, release_pod_counts, stable_within_quota
 from .conditions import apply_conditions, step_message
 from .timeutil import from_iso, seconds_since, to_iso
@@ -213,6 +214,8 @@ def _release(run: _Run) -> None:
     # carries none, and what was measured belonged to the canary it replaced.
     if run.world.measurements is not None and st.canary_weight > 0 and _analyse(run):
         return
+    if run.world.evaluation is not None and _evaluate(run):
+        return
     _progress(run)
 
 
@@ -228,6 +231,7 @@ def _start_release(run: _Run, reason: str, message: str) -> None:
     st.step_started_at = None
     st.last_analysis_at = None
     st.analysis = {}
+    st.evaluation = None  # the gate runs again for this canary (also on retry)
     st.aborted, st.abort_reason, st.aborted_at = False, None, None
     keep_pause = st.requests.pause
     st.requests = Requests(pause=keep_pause)
@@ -244,6 +248,7 @@ def _abandon_canary(run: _Run) -> None:
     st.old_revisions[st.canary_revision] = to_iso(run.now + timedelta(seconds=delay))
     st.canary_revision, st.current_step, st.canary_weight = None, None, 0
     st.step_entered_at = st.step_started_at = st.last_analysis_at = None
+    st.evaluation = None
 
 
 def _abort(run: _Run, reason: str, message: str) -> None:
@@ -287,6 +292,7 @@ def _steer_pause(run: _Run) -> None:
         st.paused_reason = None
         for result in st.analysis.values():
             result.consecutive_errors = 0
+        gate.reset_errors(st)
         rq.resume = False
 
 
@@ -324,6 +330,40 @@ def _analyse(run: _Run) -> bool:
             st.paused_reason = r.ERROR_LIMIT_PAUSE
             run.event("Warning", r.ERROR_LIMIT_PAUSE,
                       r.ERROR_LIMIT_PAUSE_MSG.format(details=details, count=count))
+    return False
+
+
+def _evaluate(run: _Run) -> bool:
+    """Record the business evaluation; roll back or pause per its result.  True when rolled
+    back."""
+    st, spec = run.status, run.spec
+    assert run.world.evaluation is not None and spec.evaluation is not None
+    outcome = gate.record(spec, st, run.world.evaluation, run.now)
+    ev = st.evaluation
+    if outcome is None or ev is None:
+        return False
+    scores = {"canary": st.canary_revision, "canary_score": ev.canary_score or 0.0,
+              "stable_score": ev.stable_score or 0.0, "max_drop": spec.evaluation.max_drop_points,
+              "cases": run.world.evaluation.cases}
+    if outcome == "Fail":
+        _abort(run, r.EVALUATION_FAILED, r.EVALUATION_FAILED_MSG.format(**scores))
+        return True
+    if outcome == "Pass":
+        run.event("Normal", r.EVALUATION_PASSED, r.EVALUATION_PASSED_MSG.format(**scores))
+        return False
+    limit = spec.analysis.consecutive_error_limit
+    if outcome == "ErrorLimit" and spec.analysis.on_error_limit == "Abort":
+        _abort(run, r.EVALUATION_ERROR_LIMIT_ABORT,
+               r.EVALUATION_ERROR_LIMIT_ABORT_MSG.format(count=limit, detail=ev.message))
+        return True
+    if outcome == "ErrorLimit":
+        st.paused_reason = r.EVALUATION_ERROR_LIMIT_PAUSE
+        run.event("Warning", r.EVALUATION_ERROR_LIMIT_PAUSE,
+                  r.EVALUATION_ERROR_LIMIT_PAUSE_MSG.format(count=limit, detail=ev.message))
+        return False
+    run.event("Warning", r.EVALUATION_ERROR, r.EVALUATION_ERROR_MSG.format(
+        canary=st.canary_revision, count=ev.consecutive_errors, limit=limit, detail=ev.message,
+        interval=spec.analysis.interval))
     return False
 
 
@@ -376,6 +416,9 @@ def _capacity_and_weight(run: _Run, step: Step) -> bool:
             run.wake_in(min(POLL_SECONDS, deadline - waited))
         return False
     if st.paused_reason:
+        return False
+    if gate.waiting(spec, st):
+        run.wake_in(gate.retry_in(spec, st, run.now) or POLL_SECONDS)
         return False
     if _latest_failed(run):
         # A failure within failureLimit is tolerated, not trusted: no more traffic until a
@@ -579,6 +622,12 @@ def _message(run: _Run) -> str:
         return r.MANUAL_STEP_MSG.format(step=st.current_step + 1,
                                         steps=len(run.spec.strategy.steps))
     text = step_message(run.spec, st, run.now)
+    if gate.waiting(run.spec, st) and st.current_step is not None:
+        canary = run.world.revisions.get(st.canary_revision or "")
+        if ready_enough(run.spec, run.spec.strategy.steps[st.current_step],
+                        canary.ready if canary else 0):
+            text = r.EVALUATION_PENDING_MSG.format(steps=len(run.spec.strategy.steps),
+                                                   canary=st.canary_revision)
     if st.paused_reason:
         text = f"paused ({st.paused_reason}); {text}" if text else f"paused ({st.paused_reason})"
     if text:

@@ -47,6 +47,22 @@ class Measurement:
 
 
 @dataclass(frozen=True)
+class EvaluationOutcome:
+    """One run of the business evaluation set against the canary and the stable.
+
+    Scores are points (0-100: the share of cases passed).  ``error`` is set when the set could
+    not be run (ConfigMap missing or malformed, a Service unreachable): that never passes.
+    """
+
+    revision: str
+    canary_score: float | None = None
+    stable_score: float | None = None
+    cases: int = 0
+    error: str | None = None
+    detail: str = ""
+
+
+@dataclass(frozen=True)
 class Observation:
     """The world as read at one instant.
 
@@ -62,6 +78,7 @@ class Observation:
     revisions: dict[str, RevisionState] = field(default_factory=dict)
     route: dict[str, int] | None = None  # backend weights by revision; None: no route yet
     measurements: dict[str, Measurement] | None = None
+    evaluation: EvaluationOutcome | None = None  # present when evaluation_due said so
     invalid: tuple[str, ...] = ()
     deleting: bool = False
 

@@ -1,0 +1,100 @@
+"""The evaluation cases: one JSON object per line of the ConfigMap's key (JSONL).
+
+Each line has ``prompt`` (a string, sent as one user message) or ``messages`` (OpenAI chat
+messages, sent as they are), and a ``scorer`` (default ``exact``): ``exact``, ``contains`` and
+``regex`` need ``expected`` (a string); ``json-valid`` needs nothing more; ``json-schema`` needs
+``schema`` (see :mod:`.scorers` for the subset).  Optional ``maxTokens`` (default 256).  Blank
+lines and lines starting with ``#`` are skipped.  A bad line is an error naming its number.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from .scorers import SCORERS, schema_problems
+
+DEFAULT_MAX_TOKENS = 256
+_KEYS = frozenset({"prompt", "messages", "expected", "scorer", "schema", "maxTokens", "id"})
+
+
+class CasesError(ValueError):
+    """The cases cannot be used; the message names the ConfigMap line."""
+
+
+@dataclass(frozen=True)
+class Case:
+    line: int
+    messages: tuple[dict[str, Any], ...]
+    scorer: str
+    expected: str | None = None
+    schema: dict[str, Any] | None = None
+    max_tokens: int = DEFAULT_MAX_TOKENS
+
+
+def _case(line: int, doc: Any) -> Case:
+    def bad(why: str) -> CasesError:
+        return CasesError(f"line {line}: {why}")
+
+    if not isinstance(doc, dict):
+        raise bad("must be a JSON object")
+    unknown = sorted(set(doc) - _KEYS)
+    if unknown:
+        raise bad(f"unknown fields {unknown} (known: {sorted(_KEYS)})")
+    if ("prompt" in doc) == ("messages" in doc):
+        raise bad('set exactly one of "prompt" (a string) or "messages" (chat messages)')
+    if "prompt" in doc:
+        if not isinstance(doc["prompt"], str) or not doc["prompt"]:
+            raise bad('"prompt" must be a non-empty string')
+        messages: tuple[dict[str, Any], ...] = ({"role": "user", "content": doc["prompt"]},)
+    else:
+        msgs = doc["messages"]
+        if not (isinstance(msgs, list) and msgs and all(
+                isinstance(m, dict) and isinstance(m.get("role"), str) and "content" in m
+                for m in msgs)):
+            raise bad('"messages" must be a non-empty list of {"role", "content"} objects')
+        messages = tuple(msgs)
+    scorer = doc.get("scorer", "exact")
+    if scorer not in SCORERS:
+        raise bad(f'"scorer" {scorer!r} is not one of {", ".join(SCORERS)}')
+    expected = doc.get("expected")
+    if scorer in ("exact", "contains", "regex"):
+        if not isinstance(expected, str):
+            raise bad(f'scorer {scorer} needs "expected" (a string)')
+        if scorer == "regex":
+            try:
+                re.compile(expected)
+            except re.error as e:
+                raise bad(f'"expected" is not a valid regular expression: {e}') from None
+    schema = doc.get("schema")
+    if scorer == "json-schema":
+        if schema is None:
+            raise bad('scorer json-schema needs "schema"')
+        problems = schema_problems(schema)
+        if problems:
+            raise bad("; ".join(problems))
+    max_tokens = doc.get("maxTokens", DEFAULT_MAX_TOKENS)
+    if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
+        raise bad('"maxTokens" must be a positive integer')
+    return Case(line, messages, scorer, expected if isinstance(expected, str) else None,
+                schema if isinstance(schema, dict) else None, max_tokens)
+
+
+def parse_cases(text: str, sample_size: int | None = None) -> list[Case]:
+    """The first ``sample_size`` cases of ``text`` (deterministic: file order).  Every line is
+    checked, also those beyond the sample, so a broken set is reported before it is needed."""
+    cases: list[Case] = []
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        try:
+            doc = json.loads(line)
+        except ValueError as e:
+            raise CasesError(f"line {number}: not valid JSON ({e})") from None
+        cases.append(_case(number, doc))
+    if not cases:
+        raise CasesError("no cases (one JSON object per line)")
+    return cases if sample_size is None else cases[:sample_size]

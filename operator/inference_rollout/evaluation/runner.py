@@ -1,0 +1,127 @@
+"""Run the evaluation set against the canary's and the stable's Services.
+
+Each case is sent as an OpenAI chat completion (``POST /v1/chat/completions``, ``temperature``
+0, not streamed) to both Services, at most ``concurrency`` requests in flight per Service, each
+with ``timeout``.  A case passes when its reply passes its scorer; a request that fails (refused,
+timed out, a non-2xx answer) fails its case, as a reply the user never got.  When more than half
+of one Service's requests fail, the run is an error instead (the Service is unreachable: that
+says nothing about the model), which the gate retries and never passes.
+
+Scores are points: 100 × passed / cases.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from ..api.spec import PodTemplate
+from .cases import Case
+from .scorers import score
+
+CHAT_PATH = "/v1/chat/completions"
+
+
+@dataclass(frozen=True)
+class EvaluationResult:
+    """Both scores in points (0–100); ``errors`` counts failed requests over both Services;
+    ``error`` is set when the run says nothing about the model (see the module doc)."""
+
+    canary_score: float | None
+    stable_score: float | None
+    cases: int
+    errors: int
+    detail: str = ""
+    error: str | None = None
+
+
+def service_url(rollout: str, revision: str, namespace: str, port: int) -> str:
+    """The chat completions URL of a revision's Service (``<rollout>-<revision>``)."""
+    return f"http://{rollout}-{revision}.{namespace}.svc:{port}{CHAT_PATH}"
+
+
+def served_model(template: PodTemplate) -> str:
+    """The model name requests must carry: ``--served-model-name`` (its first value), else
+    ``--model`` (or the positional model of ``vllm serve``)."""
+    args = template.serving_args()
+    for i, a in enumerate(args):
+        if a.startswith("--served-model-name="):
+            return a.split("=", 1)[1]
+        if a == "--served-model-name" and i + 1 < len(args):
+            return args[i + 1]
+    for i, a in enumerate(args):
+        if a.startswith("--model="):
+            return a.split("=", 1)[1]
+        if a == "--model" and i + 1 < len(args):
+            return args[i + 1]
+    if "serve" in args and args.index("serve") + 1 < len(args):
+        return args[args.index("serve") + 1]
+    raise ValueError("the serving container names no model (--model or --served-model-name)")
+
+
+def reply_text(doc: Any) -> str:
+    """The first choice's message content of a chat completion response."""
+    try:
+        content = doc["choices"][0]["message"]["content"]
+    except (KeyError, IndexError, TypeError):
+        raise ValueError("response has no choices[0].message.content") from None
+    return content if isinstance(content, str) else ""
+
+
+@dataclass(frozen=True)
+class _SideResult:
+    passed: int
+    failed_requests: int
+    first_problem: str
+
+
+async def _run_side(client: httpx.AsyncClient, url: str, model: str, cases: Sequence[Case],
+                    concurrency: int, timeout: float) -> _SideResult:
+    limit = asyncio.Semaphore(concurrency)
+    problems: list[str] = []
+
+    async def one(case: Case) -> tuple[bool, bool]:
+        body = {"model": model, "messages": list(case.messages), "temperature": 0,
+                "max_tokens": case.max_tokens, "stream": False}
+        async with limit:
+            try:
+                resp = await client.post(url, json=body, timeout=timeout)
+                if resp.status_code // 100 != 2:
+                    problems.append(f"line {case.line}: HTTP {resp.status_code}")
+                    return False, True
+                text = reply_text(resp.json())
+            except (httpx.HTTPError, ValueError) as e:
+                problems.append(f"line {case.line}: {type(e).__name__}: {e}".rstrip(": "))
+                return False, True
+        return score(case.scorer, text, case.expected, case.schema), False
+
+    results = await asyncio.gather(*(one(c) for c in cases))
+    return _SideResult(sum(1 for ok, _ in results if ok), sum(1 for _, err in results if err),
+                       problems[0] if problems else "")
+
+
+async def run_evaluation(cases: Sequence[Case], canary_url: str, stable_url: str, model: str, *,
+                         concurrency: int = 4, timeout: float = 30.0, proxy: str | None = None,
+                         transport: httpx.AsyncBaseTransport | None = None) -> EvaluationResult:
+    """Send every case to both URLs and score the replies."""
+    n = len(cases)
+    async with httpx.AsyncClient(proxy=proxy, transport=transport, trust_env=False) as client:
+        canary, stable = await asyncio.gather(
+            _run_side(client, canary_url, model, cases, concurrency, timeout),
+            _run_side(client, stable_url, model, cases, concurrency, timeout))
+    errors = canary.failed_requests + stable.failed_requests
+    for side, res in (("canary", canary), ("stable", stable)):
+        if res.failed_requests * 2 > n:
+            return EvaluationResult(None, None, n, errors, error=(
+                f"{side} Service: {res.failed_requests}/{n} requests failed "
+                f"(first: {res.first_problem})"))
+    detail = "; ".join(f"{side}: {res.failed_requests} failed requests (first: "
+                       f"{res.first_problem})" for side, res in (("canary", canary),
+                                                                 ("stable", stable))
+                       if res.failed_requests)
+    return EvaluationResult(100.0 * canary.passed / n, 100.0 * stable.passed / n, n, errors,
+                            detail)

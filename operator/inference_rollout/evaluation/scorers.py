@@ -1,0 +1,112 @@
+"""Pure scorers: does one reply pass its case?
+
+``exact``
+    the reply, stripped of surrounding whitespace, equals ``expected``.
+``contains``
+    ``expected`` occurs in the reply.
+``regex``
+    ``expected`` (a Python regular expression) matches somewhere in the reply (``re.search``).
+``json-valid``
+    the whole reply (stripped; a Markdown code fence around it is *not* removed) is one JSON
+    document.
+``json-schema``
+    the reply is JSON and conforms to ``schema``, in the subset this module validates:
+    ``type`` (``object``, ``array``, ``string``, ``number``, ``integer``, ``boolean``, ``null``,
+    or a list of them), ``required``, ``properties``, ``enum`` and ``items`` (one schema for every
+    element).  Other keywords (``minimum``, ``pattern``, ``$ref``, ``anyOf`` …) are rejected when
+    the cases are read, so a schema never silently checks less than it says.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+SCORERS = ("exact", "contains", "regex", "json-valid", "json-schema")
+SCHEMA_KEYWORDS = frozenset({"type", "required", "properties", "enum", "items",
+                             "title", "description", "$schema"})
+_TYPES: dict[str, tuple[type, ...]] = {
+    "object": (dict,), "array": (list,), "string": (str,), "number": (int, float),
+    "integer": (int,), "boolean": (bool,), "null": (type(None),),
+}
+
+
+def schema_problems(schema: Any, where: str = "schema") -> list[str]:
+    """Why ``schema`` is outside the supported subset (empty when it is inside)."""
+    if not isinstance(schema, dict):
+        return [f"{where}: must be an object"]
+    out = [f"{where}: unsupported keyword {k!r} (supported: type, required, properties, enum, "
+           "items)" for k in sorted(schema) if k not in SCHEMA_KEYWORDS]
+    t = schema.get("type")
+    types = t if isinstance(t, list) else [t] if t is not None else []
+    out += [f"{where}.type: unknown type {x!r}" for x in types if x not in _TYPES]
+    req = schema.get("required")
+    if req is not None and not (isinstance(req, list) and all(isinstance(x, str) for x in req)):
+        out.append(f"{where}.required: must be a list of strings")
+    if "enum" in schema and not isinstance(schema["enum"], list):
+        out.append(f"{where}.enum: must be a list")
+    props = schema.get("properties")
+    if props is not None:
+        if not isinstance(props, dict):
+            out.append(f"{where}.properties: must be an object")
+        else:
+            for name, sub in props.items():
+                out += schema_problems(sub, f"{where}.properties.{name}")
+    if "items" in schema:
+        out += schema_problems(schema["items"], f"{where}.items")
+    return out
+
+
+def _is_type(value: Any, name: str) -> bool:
+    if name in ("number", "integer") and isinstance(value, bool):
+        return False
+    if name == "integer" and isinstance(value, float):
+        return value.is_integer()
+    return isinstance(value, _TYPES[name])
+
+
+def validate(value: Any, schema: dict[str, Any], where: str = "$") -> str | None:
+    """The first way ``value`` breaks ``schema`` (the supported subset), or None."""
+    t = schema.get("type")
+    if t is not None:
+        types = t if isinstance(t, list) else [t]
+        if not any(_is_type(value, x) for x in types):
+            return f"{where}: expected {'|'.join(types)}"
+    if "enum" in schema and value not in schema["enum"]:
+        return f"{where}: not one of {schema['enum']}"
+    if isinstance(value, dict):
+        for name in schema.get("required") or []:
+            if name not in value:
+                return f"{where}: missing required {name!r}"
+        for name, sub in (schema.get("properties") or {}).items():
+            if name in value:
+                problem = validate(value[name], sub, f"{where}.{name}")
+                if problem:
+                    return problem
+    if isinstance(value, list) and isinstance(schema.get("items"), dict):
+        for i, item in enumerate(value):
+            problem = validate(item, schema["items"], f"{where}[{i}]")
+            if problem:
+                return problem
+    return None
+
+
+def score(scorer: str, reply: str, expected: str | None = None,
+          schema: dict[str, Any] | None = None) -> bool:
+    """Whether ``reply`` passes.  The case was checked when it was read (see
+    :func:`inference_rollout.evaluation.cases.parse_cases`), so arguments are present."""
+    text = reply.strip()
+    if scorer == "exact":
+        return text == (expected or "").strip()
+    if scorer == "contains":
+        return (expected or "") in reply
+    if scorer == "regex":
+        return re.search(expected or "", reply) is not None
+    if scorer in ("json-valid", "json-schema"):
+        try:
+            doc = json.loads(text)
+        except ValueError:
+            return False
+        return scorer == "json-valid" or validate(doc, schema or {}) is None
+    raise ValueError(f"unknown scorer {scorer!r}")

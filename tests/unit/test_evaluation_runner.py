@@ -1,0 +1,138 @@
+"""The evaluation runner against fake Services (httpx's MockTransport): requests, scores,
+failed requests, the unreachable rule, concurrency, and the Service URL and model name."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import httpx
+import pytest
+
+from inference_rollout.api.spec import PodTemplate
+from inference_rollout.evaluation.cases import parse_cases
+from inference_rollout.evaluation.runner import (
+    reply_text,
+    run_evaluation,
+    served_model,
+    service_url,
+)
+
+CANARY = "http://chat-c1.ns.svc:8000/v1/chat/completions"
+STABLE = "http://chat-s1.ns.svc:8000/v1/chat/completions"
+
+
+def json_cases(n: int) -> list:
+    return parse_cases("\n".join(
+        json.dumps({"prompt": json.dumps({"id": i}), "scorer": "json-valid"})
+        for i in range(n)))
+
+
+def chat(content: str) -> httpx.Response:
+    return httpx.Response(200, json={"choices": [{"message": {"role": "assistant",
+                                                              "content": content}}]})
+
+
+def echo(corrupt_canary_every: int = 0, fail_host: str = "", status: int = 200,
+         seen: list | None = None) -> httpx.MockTransport:
+    counter = {"canary": 0}
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content)
+        if seen is not None:
+            seen.append((request.url.host, body))
+        if request.url.host == fail_host:
+            if status == 0:
+                raise httpx.ConnectError("refused", request=request)
+            return httpx.Response(status, text="down")
+        prompt = body["messages"][-1]["content"]
+        if request.url.host.startswith("chat-c1") and corrupt_canary_every:
+            counter["canary"] += 1
+            if counter["canary"] % corrupt_canary_every == 0:
+                return chat("Sure! " + prompt)
+        return chat(prompt)
+    return httpx.MockTransport(handler)
+
+
+def run(transport: httpx.MockTransport, n: int = 20, **kw: object):
+    return asyncio.run(run_evaluation(json_cases(n), CANARY, STABLE, "chat-model",
+                                      transport=transport, **kw))  # type: ignore[arg-type]
+
+
+def test_scores_are_points_for_both_services() -> None:
+    seen: list = []
+    res = run(echo(corrupt_canary_every=4, seen=seen))
+    assert (res.canary_score, res.stable_score, res.cases, res.errors) == (75.0, 100.0, 20, 0)
+    assert res.error is None and res.detail == ""
+    hosts = sorted({h for h, _ in seen})
+    assert hosts == ["chat-c1.ns.svc", "chat-s1.ns.svc"] and len(seen) == 40
+    body = seen[0][1]
+    assert body["model"] == "chat-model" and body["temperature"] == 0
+    assert body["stream"] is False and body["max_tokens"] == 256
+
+
+def test_failed_requests_fail_their_cases_and_are_reported() -> None:
+    calls = {"n": 0}
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        prompt = json.loads(request.content)["messages"][-1]["content"]
+        if request.url.host.startswith("chat-c1"):
+            calls["n"] += 1
+            if calls["n"] <= 3:
+                return httpx.Response(503, text="busy")
+        return chat(prompt)
+    res = run(httpx.MockTransport(handler))
+    assert (res.canary_score, res.stable_score, res.errors) == (85.0, 100.0, 3)
+    assert res.error is None and "canary: 3 failed requests (first: line" in res.detail
+    assert "HTTP 503" in res.detail
+
+
+@pytest.mark.parametrize("status", [0, 502])
+def test_a_service_mostly_unreachable_is_an_error_not_a_score(status: int) -> None:
+    res = run(echo(fail_host="chat-s1.ns.svc", status=status))
+    assert res.error is not None and res.error.startswith("stable Service: 20/20 requests failed")
+    assert res.canary_score is None and res.stable_score is None
+
+
+def test_concurrency_is_bounded_per_service() -> None:
+    live = {"now": 0, "max": 0}
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        live["now"] += 1
+        live["max"] = max(live["max"], live["now"])
+        await asyncio.sleep(0.01)
+        live["now"] -= 1
+        return chat(json.loads(request.content)["messages"][-1]["content"])
+    res = run(httpx.MockTransport(handler), n=12, concurrency=3)
+    assert res.canary_score == 100.0
+    assert live["max"] <= 6  # 3 per Service
+
+
+def test_timeouts_count_as_failed_requests() -> None:
+    async def handler(request: httpx.Request) -> httpx.Response:
+        raise httpx.ReadTimeout("slow", request=request)
+    res = run(httpx.MockTransport(handler), n=4, timeout=0.1)
+    assert res.error is not None and "ReadTimeout" in res.error
+
+
+def test_reply_text() -> None:
+    assert reply_text({"choices": [{"message": {"content": "hi"}}]}) == "hi"
+    assert reply_text({"choices": [{"message": {"content": None}}]}) == ""
+    with pytest.raises(ValueError):
+        reply_text({"choices": []})
+
+
+def test_service_url_and_model() -> None:
+    assert service_url("chat", "abc", "serving", 8000) == \
+        "http://chat-abc.serving.svc:8000/v1/chat/completions"
+
+    def tmpl(*args: str) -> PodTemplate:
+        return PodTemplate.model_validate({"spec": {"containers": [
+            {"name": "vllm", "image": "x", "args": list(args),
+             "ports": [{"name": "http", "containerPort": 8000}]}]}})
+    assert served_model(tmpl("--model", "meta/Llama", "--served-model-name", "chat")) == "chat"
+    assert served_model(tmpl("--served-model-name=chat")) == "chat"
+    assert served_model(tmpl("--model=meta/Llama")) == "meta/Llama"
+    assert served_model(tmpl("serve", "meta/Llama")) == "meta/Llama"
+    with pytest.raises(ValueError):
+        served_model(tmpl("--max-num-seqs", "8"))

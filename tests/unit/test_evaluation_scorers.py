@@ -1,0 +1,120 @@
+"""The evaluation's pure scorers and the JSONL case parser."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from inference_rollout.evaluation.cases import CasesError, parse_cases
+from inference_rollout.evaluation.scorers import schema_problems, score, validate
+
+SCHEMA = {"type": "object", "required": ["name", "tags"],
+          "properties": {"name": {"type": "string"},
+                         "size": {"type": "integer"},
+                         "kind": {"enum": ["a", "b"]},
+                         "tags": {"type": "array", "items": {"type": "string"}}}}
+
+
+@pytest.mark.parametrize(("scorer", "reply", "expected", "ok"), [
+    ("exact", "  Paris\n", "Paris", True),
+    ("exact", "Paris.", "Paris", False),
+    ("contains", "The capital is Paris.", "Paris", True),
+    ("contains", "The capital is Lyon.", "Paris", False),
+    ("regex", "order #12345 shipped", r"#\d{5}\b", True),
+    ("regex", "order #12 shipped", r"#\d{5}\b", False),
+])
+def test_text_scorers(scorer: str, reply: str, expected: str, ok: bool) -> None:
+    assert score(scorer, reply, expected) is ok
+
+
+@pytest.mark.parametrize(("reply", "ok"), [
+    ('{"a": 1}', True),
+    ('  [1, 2]\n', True),
+    ('"text"', True),
+    ('Sure! Here is the JSON you asked for:\n{"a": 1}', False),
+    ('{"a": 1', False),
+    ('```json\n{"a": 1}\n```', False),
+    ("", False),
+])
+def test_json_valid(reply: str, ok: bool) -> None:
+    assert score("json-valid", reply) is ok
+
+
+@pytest.mark.parametrize(("doc", "problem"), [
+    ({"name": "x", "tags": ["a"], "size": 3, "kind": "a"}, None),
+    ({"name": "x", "tags": []}, None),
+    ({"name": "x"}, "$: missing required 'tags'"),
+    ({"name": 1, "tags": []}, "$.name: expected string"),
+    ({"name": "x", "tags": [1]}, "$.tags[0]: expected string"),
+    ({"name": "x", "tags": [], "size": 2.5}, "$.size: expected integer"),
+    ({"name": "x", "tags": [], "size": True}, "$.size: expected integer"),
+    ({"name": "x", "tags": [], "kind": "c"}, "$.kind: not one of ['a', 'b']"),
+    ([], "$: expected object"),
+])
+def test_json_schema_subset(doc: object, problem: str | None) -> None:
+    assert validate(doc, SCHEMA) == problem
+    assert score("json-schema", json.dumps(doc), schema=SCHEMA) is (problem is None)
+
+
+def test_json_schema_type_lists_and_numbers() -> None:
+    assert validate(None, {"type": ["string", "null"]}) is None
+    assert validate(3, {"type": "number"}) is None
+    assert validate(3.0, {"type": "integer"}) is None
+    assert validate("3", {"type": "number"}) == "$: expected number"
+
+
+def test_schema_outside_the_subset_is_named() -> None:
+    assert schema_problems(SCHEMA) == []
+    assert schema_problems({"type": "object", "properties": {"n": {"minimum": 1}}}) == [
+        "schema.properties.n: unsupported keyword 'minimum' (supported: type, required, "
+        "properties, enum, items)"]
+    assert schema_problems({"type": "float"}) == ["schema.type: unknown type 'float'"]
+    assert schema_problems([]) == ["schema: must be an object"]
+
+
+def test_parse_cases_reads_each_kind_and_takes_the_first_sample() -> None:
+    text = "\n".join([
+        '{"prompt": "capital of France?", "expected": "Paris", "scorer": "contains"}',
+        "",
+        "# a comment",
+        '{"messages": [{"role": "system", "content": "JSON only"}, {"role": "user", '
+        '"content": "{}"}], "scorer": "json-valid"}',
+        '{"prompt": "p", "scorer": "json-schema", "schema": {"type": "object"}, "maxTokens": 9}',
+        '{"prompt": "p", "expected": "^a$", "scorer": "regex"}',
+        '{"prompt": "p", "expected": "x"}',
+    ])
+    cases = parse_cases(text)
+    assert [c.scorer for c in cases] == ["contains", "json-valid", "json-schema", "regex", "exact"]
+    assert [c.line for c in cases] == [1, 4, 5, 6, 7]
+    assert cases[0].messages == ({"role": "user", "content": "capital of France?"},)
+    assert len(cases[1].messages) == 2 and cases[2].max_tokens == 9
+    assert parse_cases(text, 2) == cases[:2]
+
+
+@pytest.mark.parametrize(("line", "message"), [
+    ("not json", "line 2: not valid JSON"),
+    ("[1]", "line 2: must be a JSON object"),
+    ('{"expected": "x"}', 'line 2: set exactly one of "prompt"'),
+    ('{"prompt": "p", "messages": [], "expected": "x"}', 'line 2: set exactly one of'),
+    ('{"prompt": ""}', 'line 2: "prompt" must be a non-empty string'),
+    ('{"messages": [{"content": "x"}], "scorer": "json-valid"}', 'line 2: "messages" must be'),
+    ('{"prompt": "p", "scorer": "fuzzy"}', "line 2: \"scorer\" 'fuzzy' is not one of"),
+    ('{"prompt": "p", "scorer": "contains"}', 'line 2: scorer contains needs "expected"'),
+    ('{"prompt": "p", "scorer": "regex", "expected": "("}', "line 2: \"expected\" is not a valid"),
+    ('{"prompt": "p", "scorer": "json-schema"}', 'line 2: scorer json-schema needs "schema"'),
+    ('{"prompt": "p", "scorer": "json-schema", "schema": {"pattern": "x"}}',
+     "line 2: schema: unsupported keyword 'pattern'"),
+    ('{"prompt": "p", "scorer": "json-valid", "maxTokens": 0}', 'line 2: "maxTokens" must be'),
+    ('{"prompt": "p", "scorer": "json-valid", "answer": 1}', "line 2: unknown fields ['answer']"),
+])
+def test_a_bad_line_is_an_error_naming_it(line: str, message: str) -> None:
+    good = '{"prompt": "p", "scorer": "json-valid"}'
+    with pytest.raises(CasesError) as e:
+        parse_cases(f"{good}\n{line}\n{good}", sample_size=1)  # also beyond the sample
+    assert str(e.value).startswith(message), str(e.value)
+
+
+def test_no_cases_is_an_error() -> None:
+    with pytest.raises(CasesError, match="no cases"):
+        parse_cases("\n# only a comment\n")
