@@ -228,7 +228,9 @@ class Gateway:
     def build(self, routes: list[RouteRes], endpoints: dict[str, PodInfo]) -> str:
         opts = nginxconf.Options(listen=self.listen, state_dir=str(self.state),
                                  run_as_root=os.geteuid() == 0)
-        return nginxconf.render(routes, endpoints, opts)
+        services = nginxconf.resolve_services(self.services.items(), self.slices.items(),
+                                              endpoints)
+        return nginxconf.render(routes, endpoints, opts, services)
 
     def reject_bad_routes(self, routes: list[RouteRes], endpoints: dict[str, PodInfo],
                           version: str) -> dict[str, str]:

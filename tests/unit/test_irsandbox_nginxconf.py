@@ -198,3 +198,58 @@ def test_render_is_accepted_by_nginx(tmp_path):
                         "-e", str(tmp_path / "logs" / "err.log")],
                        capture_output=True, text=True, check=False)
     assert r.returncode == 0, r.stderr
+
+
+# --- Services by name (the forward proxy the operator's --service-proxy uses) -------------------
+
+
+def service_sample(tmp_path):
+    endpoints = eps("chat-a-1", "chat-a-2", "chat-b-1")
+    services = nc.resolve_services(
+        [svc("chat-b"), svc("chat-a"), svc("empty"), svc("gone", ns="other")],
+        [eslice("chat-a", ["chat-a-1", "chat-a-2"]), eslice("chat-b", ["chat-b-1"]),
+         eslice("chat-b", ["chat-b-9"], name="chat-b-y"),  # a pod the bridge does not serve
+         eslice("empty", ["chat-a-1"], ready=False)], endpoints)
+    for d in ("pids", "logs", "nginx/tmp"):
+        (tmp_path / d).mkdir(parents=True, exist_ok=True)
+    routes = nc.resolve([route(hostnames=["chat-a.serving.svc"],
+                               rules=[{"backendRefs": [ref("chat-b", 1)]}])],
+                        [svc("chat-b")], [eslice("chat-b", ["chat-b-1"])], [], [], endpoints)
+    text = nc.render(routes, endpoints, nc.Options(listen="127.0.0.1:18999",
+                                                    state_dir=str(tmp_path)), services)
+    return text, services
+
+
+def test_services_resolve_to_their_ready_bridge_pods(tmp_path):
+    _, services = service_sample(tmp_path)
+    by = {f"{s.namespace}/{s.name}": [x.pod for x in s.servers] for s in services}
+    assert by == {"other/gone": [], "serving/chat-a": ["serving/chat-a-1", "serving/chat-a-2"],
+                  "serving/chat-b": ["serving/chat-b-1"], "serving/empty": []}
+    assert services[0].hosts == ["gone.other.svc", "gone.other.svc.cluster.local"]
+
+
+def test_each_service_gets_a_server_name_on_the_listener(tmp_path):
+    text, services = service_sample(tmp_path)
+    chat_b = next(s for s in services if s.name == "chat-b")
+    assert chat_b.upstream
+    assert re.search(rf"upstream {chat_b.upstream} {{\n\s+server 127\.0\.0\.1:21002 ", text)
+    assert "server_name chat-b.serving.svc chat-b.serving.svc.cluster.local;" in text
+    assert f"location / {{ proxy_pass http://{chat_b.upstream}; }}" in text
+    # an HTTPRoute hostname wins over the Service's name
+    assert "server_name chat-a.serving.svc.cluster.local;" in text
+    assert "server_name chat-a.serving.svc chat-a" not in text
+    # no ready endpoints: 503, not another Service's pods
+    assert "server_name empty.serving.svc empty.serving.svc.cluster.local;" in text
+    assert "Service serving/empty has no ready endpoints" in text
+    assert '"127.0.0.1:21000" "serving/chat-a-1";' in text  # X-Backend-Pod map
+
+
+@pytest.mark.skipif(shutil.which("nginx") is None, reason="nginx not installed")
+def test_service_servers_are_accepted_by_nginx(tmp_path):
+    text, _ = service_sample(tmp_path)
+    conf = tmp_path / "nginx" / "nginx.conf"
+    conf.write_text(text.replace("user root;\n", ""))
+    r = subprocess.run(["nginx", "-t", "-p", str(tmp_path / "nginx"), "-c", str(conf),
+                        "-e", str(tmp_path / "logs" / "err.log")],
+                       capture_output=True, text=True, check=False)
+    assert r.returncode == 0, r.stderr
