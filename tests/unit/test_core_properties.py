@@ -153,6 +153,7 @@ class Run:
                             for n in [m.name]}
         obs = self.observe(measurements, deleting)
         d = decide(self.spec, before, obs, self.world.now)
+        d = replace(d, status=InferenceRolloutStatus.parse(d.status.to_body()))  # as stored
         self.decisions += 1
         if TRACE:
             pods = {k: (v.desired, v.ready) for k, v in obs.revisions.items()}
@@ -178,7 +179,7 @@ class Run:
             self.seen.add("a later step with traffic")
         if d.status.paused_reason:
             self.seen.add(f"paused {d.status.paused_reason}")
-        self.status = InferenceRolloutStatus.parse(d.status.to_body())  # as stored and read back
+        self.status = d.status
         return d
 
     def crash_and_restart(self, before: InferenceRolloutStatus, obs: Observation, d: Decision,
@@ -208,7 +209,7 @@ class Run:
         same instant from the stored status, with no new measurement, changes nothing."""
         world = self.world.copy()
         self.apply(world, d.actions, clamp_ready=False)
-        stored = InferenceRolloutStatus.parse(d.status.to_body())
+        stored = d.status
         again = decide(self.spec, stored, replace(
             obs, revisions=dict(world.deployments),
             route=None if world.route is None else dict(world.route), measurements=None),
@@ -381,6 +382,10 @@ def drive(run: Run, data: st.DataObject, reconciles: int, crashes: bool = False)
         verdicts = {n: data.draw(st.sampled_from(KINDS + ("pass",) * 4)) for n in run.metrics}
         request = data.draw(st.sampled_from(REQUESTS)) if data.draw(
             st.integers(0, 14)) == 0 else None
+        if request is None and (run.status.aborted or run.status.paused_reason) and data.draw(
+                st.integers(0, 3)) == 0:  # a person looks and steers
+            request = data.draw(st.sampled_from(
+                ("retry", "abort") if run.status.aborted else ("resume", "promote", "abort")))
         crash = None
         if crashes and data.draw(st.integers(0, 3)) == 0:
             crash = (data.draw(st.sampled_from(["status-lost", "cut", "actions-lost"])),
@@ -437,7 +442,7 @@ def finish(run: Run) -> None:
 def test_invariants_hold_over_random_runs(body: dict[str, Any], data: st.DataObject) -> None:
     """(a) (b) (c) (d) (e) (f) at every reconcile, and the run ends promoted."""
     run = Run(body)
-    drive(run, data, reconciles=30)
+    drive(run, data, reconciles=25)
     finish(run)
 
 
@@ -446,7 +451,7 @@ def test_invariants_hold_over_random_runs(body: dict[str, Any], data: st.DataObj
 def test_swap_never_exceeds_the_gpu_quota(body: dict[str, Any], data: st.DataObject) -> None:
     """(d) in swap mode every write keeps all revisions' pods within replicas + maxSurge."""
     run = Run(body)
-    drive(run, data, reconciles=30)
+    drive(run, data, reconciles=25)
     finish(run)
 
 
@@ -459,21 +464,21 @@ def test_a_crash_between_actions_and_status_skips_and_repeats_nothing(
     died after some of the actions: the next decision repairs the world.  Either way route writes
     stay non-decreasing within each release, every invariant holds, and the run ends promoted."""
     run = Run(body)
-    drive(run, data, reconciles=30, crashes=True)
+    drive(run, data, reconciles=25, crashes=True)
     finish(run)
 
 
 def test_property_runs_are_not_vacuous() -> None:
-    """The generated runs reach the interesting states (a check of the generators, with a fixed
-    seed so that it cannot flake)."""
+    """The generated runs reach the interesting states (a check of the generators; derandomized,
+    so it is deterministic for a given hypothesis version)."""
     seen: dict[str, int] = {}
 
-    @settings(max_examples=40, deadline=None, database=None, derandomize=True,
+    @settings(max_examples=80, deadline=None, database=None, derandomize=True,
               suppress_health_check=list(HealthCheck))
     @given(body=specs(), data=st.data())
     def probe(body: dict[str, Any], data: st.DataObject) -> None:
         run = Run(body)
-        drive(run, data, reconciles=30)
+        drive(run, data, reconciles=25)
         for what in run.seen:
             seen[what] = seen.get(what, 0) + 1
 
