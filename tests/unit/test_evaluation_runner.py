@@ -108,11 +108,32 @@ def test_concurrency_is_bounded_per_service() -> None:
     assert live["max"] <= 6  # 3 per Service
 
 
+def test_a_broken_connection_is_retried_once() -> None:
+    calls: dict[str, int] = {}
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        prompt = json.loads(request.content)["messages"][-1]["content"]
+        key = f"{request.url.host} {prompt}"
+        calls[key] = calls.get(key, 0) + 1
+        if '"id": 1}' in prompt and calls[key] == 1:
+            raise httpx.ReadError("connection closed", request=request)
+        if '"id": 2}' in prompt:
+            raise httpx.RemoteProtocolError("closed again", request=request)
+        return chat(prompt)
+    res = run(httpx.MockTransport(handler), n=4)
+    assert (res.canary_score, res.stable_score, res.errors) == (75.0, 75.0, 2)
+    assert max(calls.values()) == 2 and "RemoteProtocolError" in res.detail
+
+
 def test_timeouts_count_as_failed_requests() -> None:
+    calls = {"n": 0}
+
     async def handler(request: httpx.Request) -> httpx.Response:
+        calls["n"] += 1
         raise httpx.ReadTimeout("slow", request=request)
     res = run(httpx.MockTransport(handler), n=4, timeout=0.1)
     assert res.error is not None and "ReadTimeout" in res.error
+    assert calls["n"] == 8  # a timeout is not retried
 
 
 def test_reply_text() -> None:

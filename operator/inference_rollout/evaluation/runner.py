@@ -3,7 +3,10 @@
 Each case is sent as an OpenAI chat completion (``POST /v1/chat/completions``, ``temperature``
 0, not streamed) to both Services, at most ``concurrency`` requests in flight per Service, each
 with ``timeout``.  A case passes when its reply passes its scorer; a request that fails (refused,
-timed out, a non-2xx answer) fails its case, as a reply the user never got.  When more than half
+timed out, a non-2xx answer) fails its case, as a reply the user never got.  A connection that
+breaks before an answer (refused, reset, closed by a proxy reloading its config) is retried once
+on a new connection: the request is read-only, and a dropped keep-alive connection says nothing
+about the model.  When more than half
 of one Service's requests fail, the run is an error instead (the Service is unreachable: that
 says nothing about the model), which the gate retries and never passes.
 
@@ -89,7 +92,12 @@ async def _run_side(client: httpx.AsyncClient, url: str, model: str, cases: Sequ
                 "max_tokens": case.max_tokens, "stream": False}
         async with limit:
             try:
-                resp = await client.post(url, json=body, timeout=timeout)
+                try:
+                    resp = await client.post(url, json=body, timeout=timeout)
+                except httpx.TimeoutException:
+                    raise
+                except httpx.TransportError:
+                    resp = await client.post(url, json=body, timeout=timeout)
                 if resp.status_code // 100 != 2:
                     problems.append(f"line {case.line}: HTTP {resp.status_code}")
                     return False, True
