@@ -178,10 +178,10 @@ def test_consecutive_error_limit(limit: int, consecutive: int, stuck: bool) -> N
     ("slo", "expected"),
     [
         ({"ttftP99": "300ms"}, {"slo-ttft-p99": 0.45}),  # the default factor is 1.5
-        ({"ttftP99": "300ms", "itlP99": "50ms", "e2e_p99": "20s"},
+        ({"ttftP99": "300ms", "itlP99": "50ms", "e2eP99": "20s"},
          {"slo-ttft-p99": 0.45, "slo-itl-p99": 0.075, "slo-e2e-p99": 30.0}),
         ({"itlP99": "40ms", "factor": 1.0}, {"slo-itl-p99": 0.04}),
-        ({"e2e_p99": "1m", "factor": 2}, {"slo-e2e-p99": 120.0}),
+        ({"e2eP99": "1m", "factor": 2}, {"slo-e2e-p99": 120.0}),
         ({}, {}),
     ],
 )
