@@ -10,11 +10,12 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from tests.unit.coresim import T0, Sim, manifest_spec, started, template_hash
+from tests.unit.coresim import T0, Sim, manifest_spec, started
 
 from inference_rollout.api import reasons as r
 from inference_rollout.api.status import InferenceRolloutStatus, MetricResult
 from inference_rollout.core.decide import analysis_due, decide, desired_route
+from inference_rollout.core.revision import template_hash
 from inference_rollout.core.timeutil import from_iso, to_iso
 from inference_rollout.core.types import (
     Decision,
@@ -704,11 +705,11 @@ def test_revert_after_a_rollback_clears_the_abort() -> None:
     original = sim.body
     sim.release(M2)
     sim.run_until(at_step(0, 5))
-    sim.reconcile(abort=True)
-    assert sim.status.phase == "Degraded"
+    d = sim.reconcile(abort=True)
+    assert d.status.phase == "Degraded"
     sim.body = original
-    sim.reconcile()
-    assert not sim.status.aborted and sim.status.phase == "Healthy"
+    d = sim.reconcile()
+    assert not d.status.aborted and d.status.phase == "Healthy"
 
 
 def test_deletion_returns_traffic_to_stable() -> None:

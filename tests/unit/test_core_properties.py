@@ -275,9 +275,9 @@ class Run:
                 hold_end = started + timedelta(seconds=_seconds(step.pause))
                 assert now >= hold_end, "(b) advanced before the hold ended"
                 for n in self.metrics:
-                    res = after.analysis.get(n)
-                    assert res is not None and res.verdict == "Pass", f"(b) {n}: {res}"
-                    measured = from_iso(res.measured_at)
+                    result = after.analysis.get(n)
+                    assert result is not None and result.verdict == "Pass", f"(b) {n}: {result}"
+                    measured = from_iso(result.measured_at)
                     assert measured is not None and measured >= hold_end and measured > started, (
                         f"(b) {n} passed at {measured}, hold {started}..{hold_end}")
             if promoted:
