@@ -183,6 +183,9 @@ class OperatorProcess:
         cmd = [sys.executable, "-m", "inference_rollout", "operator", *scope,
                "--log-format", "json", "--metrics-port", str(self.metrics_port),
                "--liveness-port", str(self.liveness_port)]
+        if self.env.get("GATEWAY_URL"):
+            # no cluster DNS here: the gateway forwards <svc>.<ns>.svc to the Service's pods
+            cmd += ["--service-proxy", self.env["GATEWAY_URL"]]
         env = {**os.environ, **self.env,
                "PYTHONPATH": f"{ROOT / 'operator'}:{os.environ.get('PYTHONPATH', '')}"}
         log = self.log_path.open("ab")

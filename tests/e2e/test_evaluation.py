@@ -1,0 +1,86 @@
+"""The business evaluation gate end to end: before the first traffic shift the operator sends
+the ConfigMap's cases to the canary's and the stable's Services (through the sandbox gateway's
+forward proxy, as ``--service-proxy``) and blocks a canary that scores worse.
+
+The simulators echo the prompt, so a prompt that is itself JSON gets a JSON reply; a pod
+annotated ``sim.inference.dev/business-fail-rate: "30"`` has its shim put prose before 30% of
+its replies, which the ``json-valid`` scorer fails.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from irsandbox.harness import Cluster, OperatorProcess
+
+from .scenario import BackgroundLoad, Release, rollout, with_template
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
+
+CASES = "\n".join(
+    json.dumps({"prompt": json.dumps({"order": i, "status": "shipped", "items": [i, i + 1]}),
+                "scorer": "json-valid"})
+    for i in range(30))
+
+
+def evaluated(name: str, cluster: Cluster) -> dict[str, Any]:
+    m = rollout(name, prometheus=cluster.env["PROMETHEUS_URL"])
+    m["spec"]["evaluation"] = {"configMapRef": {"name": "eval-cases"}, "sampleSize": 20,
+                               "concurrency": 4, "timeout": "10s", "maxDropPoints": 5}
+    return m
+
+
+def given_cases(cluster: Cluster, ns: str) -> None:
+    cluster.core.create_namespaced_config_map(ns, {
+        "metadata": {"name": "eval-cases"}, "data": {"cases.jsonl": CASES}})
+
+
+def test_a_canary_that_breaks_json_is_rolled_back_before_any_traffic(
+        cluster: Cluster, operator_process: OperatorProcess, namespace: str) -> None:
+    # Given a healthy rollout with an evaluation set of JSON cases
+    given_cases(cluster, namespace)
+    rel = Release(cluster, operator_process, namespace, evaluated("evfail", cluster))
+    rel.apply()
+    v1 = rel.wait_healthy()["stableRevision"]
+    # When a release's pods corrupt 30% of their JSON replies
+    rel.apply(with_template(rel.manifest, version="v2", business_fail_rate=30))
+    # Then it is rolled back before any traffic, with both scores in status and an Event
+    st = rel.wait(lambda s: s.get("phase") == "Degraded", 120, "rolled back (Degraded)")
+    assert st["abortReason"] == "EvaluationFailed", st.get("message")
+    ev = st["evaluation"]
+    assert ev["verdict"] == "Fail" and ev["revision"] == st["canaryRevision"]
+    # the shim corrupts exactly 30% of each pod's replies (20 cases over 1-2 canary pods)
+    assert ev["stableScore"] == 100.0 and 65.0 <= ev["canaryScore"] <= 75.0, ev
+    assert f"{ev['canaryScore']:.1f}" in st["message"] and "100.0" in st["message"]
+    assert st["canaryWeight"] == 0 and rel.route() == {v1: 100, st["canaryRevision"]: 0}
+    events = rel.events()
+    assert any(e.startswith("EvaluationFailed: ") and "100.0" in e for e in events), events
+    assert not any(e.startswith("StepWeightSet") for e in events), events
+
+
+def test_a_canary_that_keeps_its_json_is_promoted(
+        cluster: Cluster, operator_process: OperatorProcess, namespace: str) -> None:
+    # Given a healthy rollout with an evaluation set of JSON cases
+    given_cases(cluster, namespace)
+    rel = Release(cluster, operator_process, namespace, evaluated("evpass", cluster))
+    rel.apply()
+    rel.wait_healthy()
+    load = BackgroundLoad(cluster.env, rel.host)  # samples for the error-rate analysis
+    try:
+        # When a release answers as well as the stable
+        rel.apply(with_template(rel.manifest, version="v2"))
+        v2 = rel.wait_canary()
+        # Then the evaluation passes (recorded before any traffic) and the release is promoted
+        st = rel.wait(lambda s: s.get("canaryWeight", 0) > 0 or s.get("phase") == "Degraded",
+                      120, "the first traffic shift")
+        ev = st.get("evaluation") or {}
+        assert ev.get("verdict") == "Pass" and ev.get("revision") == v2, st.get("message")
+        assert ev["canaryScore"] == 100.0 and ev["stableScore"] == 100.0
+        rel.wait_healthy(revision=v2, timeout=150)
+        events = rel.events()
+        assert any(e.startswith("EvaluationPassed: ") for e in events), events
+    finally:
+        load.stop()
