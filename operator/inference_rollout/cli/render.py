@@ -36,6 +36,13 @@ def render_rollout(body: dict[str, Any]) -> str:
             verdict = r.get("verdict") or "-"
             lines.append(f"  {name:<22} {value:>10} {stable:>10}  {verdict:<12} "
                          f"{r.get('threshold', '')}")
+    ev = st.get("evaluation")
+    if ev:
+        def pts(v: Any) -> str:
+            return "-" if v is None else f"{v:.1f}"
+        lines.append(f"Evaluation: {ev.get('verdict')} for {ev.get('revision')}: canary "
+                     f"{pts(ev.get('canaryScore'))} vs stable {pts(ev.get('stableScore'))} points"
+                     f"{' — ' + ev['message'] if ev.get('message') else ''}")
     for c in st.get("conditions") or []:
         if (c.get("status") == "True" and c["type"] in ("Aborted", "Paused")) or (
                 c["type"] == "Valid" and c.get("status") == "False"):
