@@ -16,8 +16,8 @@ from irsandbox.loadgen import LoadReport, run_load
 MODEL = "chat-model"
 
 #: Short stages so a whole release takes about a minute; 1s scrapes make 5s windows meaningful.
-FAST_STEPS = [{"weight": 5, "pause": "8s"}, {"weight": 20, "pause": "8s"},
-              {"weight": 50, "pause": "8s"}, {"weight": 100}]
+FAST_STEPS = [{"weight": 5, "pause": "12s"}, {"weight": 20, "pause": "12s"},
+              {"weight": 50, "pause": "12s"}, {"weight": 100}]
 
 
 def rollout(name: str, *, version: str = "v1", ttft_ms: int = 5, failure_rate: float = 0,
@@ -29,6 +29,9 @@ def rollout(name: str, *, version: str = "v1", ttft_ms: int = 5, failure_rate: f
     """An InferenceRollout whose pods the sandbox bridge backs with vLLM simulators."""
     annotations = {"sim.inference.dev/ttft-ms": str(ttft_ms),
                    "sim.inference.dev/itl-ms": "1",
+                   # A short model load: Ready only once the simulator and its shim serve, so a
+                   # weight raised onto a Ready pod never meets the gateway's empty upstream.
+                   "sim.inference.dev/startup-seconds": "3",
                    "sim.inference.dev/failure-rate": f"{failure_rate:g}",
                    "sim.inference.dev/business-fail-rate": f"{business_fail_rate:g}"}
     return {
