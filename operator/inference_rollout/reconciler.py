@@ -226,24 +226,54 @@ async def apply_actions(deps: Deps, body: dict[str, Any], decision: Decision,
             await deps.post_event(body, action)
 
 
+STATUS_WRITE_ATTEMPTS = 5
+
+
 async def write_status(deps: Deps, body: dict[str, Any], old: InferenceRolloutStatus,
                        new: InferenceRolloutStatus) -> None:
-    """Patch the status subresource if anything changed, guarded by resourceVersion so a steering
-    request written meanwhile by the CLI is never overwritten (the next reconcile sees it)."""
+    """Patch the status subresource if anything changed, guarded by resourceVersion.
+
+    The actions of this decision are already applied, so the status that records them must not
+    be dropped (a lost rollback decision would let the next reconcile route traffic back to the
+    canary).  On a conflict the object is read again and the write retried, keeping any steering
+    request the CLI set meanwhile: it stays true and the next reconcile acts on it.
+    """
     old_body, new_body = old.to_body(), new.to_body()
     if old_body == new_body:
         return
     meta = body["metadata"]
-    patch = {"metadata": {"resourceVersion": meta["resourceVersion"]}, "status": new_body}
-    path = rollout_path(meta["namespace"], meta["name"]) + "/status"
-    try:
-        updated = await deps.kube.merge_patch(path, patch)
-    except KubeError as e:
-        if e.status in (404, 409):
-            return  # deleted, or changed meanwhile: the next reconcile reads it afresh
-        raise
-    meta["resourceVersion"] = updated["metadata"]["resourceVersion"]
-    body["status"] = updated.get("status", new_body)
+    object_path = rollout_path(meta["namespace"], meta["name"])
+    for _attempt in range(STATUS_WRITE_ATTEMPTS):
+        patch = {"metadata": {"resourceVersion": meta["resourceVersion"]}, "status": new_body}
+        try:
+            updated = await deps.kube.merge_patch(object_path + "/status", patch)
+        except KubeError as e:
+            if e.status == 404:
+                return  # deleted meanwhile
+            if e.status != 409:
+                raise
+            fresh = await deps.kube.get_or_none(object_path)
+            if fresh is None:
+                return
+            meta["resourceVersion"] = fresh["metadata"]["resourceVersion"]
+            new_body = _keep_new_requests(old_body, fresh.get("status") or {}, new_body)
+            continue
+        meta["resourceVersion"] = updated["metadata"]["resourceVersion"]
+        body["status"] = updated.get("status", new_body)
+        return
+    raise KubeError(409, "PATCH", object_path + "/status",
+                    f"status write still conflicting after {STATUS_WRITE_ATTEMPTS} attempts")
+
+
+def _keep_new_requests(old: dict[str, Any], fresh: dict[str, Any],
+                       new: dict[str, Any]) -> dict[str, Any]:
+    """``new`` with every request that was set in ``fresh`` but not in ``old`` (written by the
+    CLI while this reconcile ran) still set."""
+    before = old.get("requests") or {}
+    written = {k for k, v in (fresh.get("requests") or {}).items() if v and not before.get(k)}
+    if not written:
+        return new
+    return {**new, "requests": {**(new.get("requests") or {}), **dict.fromkeys(written, True)}}
 
 
 def _export(ns: str, name: str, decision: Decision,
