@@ -125,6 +125,10 @@ step_helm() {
 # etcd: the server's main package is the root of go.etcd.io/etcd/server/v3 (3.6).
 step_etcd() {
   local hash
+  if have_all "$(cached_bin etcd "${ETCD_VERSION}")"; then
+    log etcd "cached $(cached_bin etcd "${ETCD_VERSION}")"
+    return
+  fi
   hash="$(go_info go.etcd.io/etcd/server/v3 "${ETCD_VERSION}" | jq -r '.Origin.Hash // "unknown"')"
   wrapper_build etcd go.etcd.io/etcd/server/v3 "${ETCD_VERSION}" go.etcd.io/etcd/server/v3 \
     "-X go.etcd.io/etcd/api/v3/version.GitSHA=${hash:0:10}"
