@@ -33,6 +33,7 @@ from .workloads.revisions import RevisionError
 log = logging.getLogger("inference_rollout")
 FINALIZER = f"{GROUP}/finalizer"
 ERROR_BACKOFF_SECONDS = 5.0
+MAX_CONCURRENT_RECONCILES = 16
 NAMESPACE_TERMINATING = "because it is being terminated"
 
 
@@ -42,6 +43,9 @@ class Runtime:
     deps: Deps | None = None
     wake: ClassVar[dict[tuple[str, str], asyncio.Event]] = {}
     last_error: ClassVar[dict[tuple[str, str], str]] = {}
+    #: Reconciles in flight at once: hundreds of daemons share one connection pool, and a queue
+    #: here keeps each reconcile's requests together instead of interleaving them all.
+    slots: ClassVar[asyncio.Semaphore | None] = None
     metrics_port: int = 8081
     kubeconfig: str | None = None
     service_proxy: str | None = None  # --service-proxy: the evaluation's HTTP forward proxy
@@ -142,10 +146,13 @@ async def _reconcile_once(deps: Deps, namespace: str, name: str) -> float | None
     key = _key(namespace, name)
     body = None
     try:
-        body = await deps.kube.get_or_none(rollout_path(namespace, name))
-        if body is None or body["metadata"].get("deletionTimestamp"):
-            return None
-        delay = await reconcile(deps, body)
+        if Runtime.slots is None:
+            Runtime.slots = asyncio.Semaphore(MAX_CONCURRENT_RECONCILES)
+        async with Runtime.slots:  # the read too: a body read while queued would be stale
+            body = await deps.kube.get_or_none(rollout_path(namespace, name))
+            if body is None or body["metadata"].get("deletionTimestamp"):
+                return None
+            delay = await reconcile(deps, body)
         Runtime.last_error.pop(key, None)
         return delay
     except (RouteError, RevisionError, KubeError) as e:

@@ -59,9 +59,11 @@ class Kube:
             ctx.load_cert_chain(cfg.cert_file, cfg.key_file)
         self._static_token = (cfg.api_key or {}).get("authorization") or (
             cfg.api_key or {}).get("BearerToken")
+        # A long pool wait: under many rollouts requests queue for a connection rather than fail.
         self.http = httpx.AsyncClient(
-            base_url=cfg.host, verify=ctx if ctx is not None else True, timeout=timeout,
-            limits=httpx.Limits(max_connections=32, max_keepalive_connections=16))
+            base_url=cfg.host, verify=ctx if ctx is not None else True,
+            timeout=httpx.Timeout(timeout, pool=120.0),
+            limits=httpx.Limits(max_connections=32, max_keepalive_connections=32))
 
     def _auth(self) -> dict[str, str]:
         token = self._static_token
@@ -79,8 +81,12 @@ class Kube:
         if body is not None:
             headers["Content-Type"] = content_type
             content = json.dumps(body)
-        resp = await self.http.request(method, path, content=content, headers=headers,
-                                       params=params)
+        try:
+            resp = await self.http.request(method, path, content=content, headers=headers,
+                                           params=params)
+        except httpx.HTTPError as e:
+            # Unreachable or timed out: a KubeError like any refusal, retried by the caller.
+            raise KubeError(0, method, path, f"{type(e).__name__}: {e}") from e
         if resp.status_code >= 400:
             raise KubeError(resp.status_code, method, path, resp.text)
         out: dict[str, Any] = resp.json() if resp.content else {}
