@@ -22,7 +22,9 @@ def cluster() -> Cluster:
 
 @pytest.fixture(scope="package")  # gone before tests/sandbox runs its own operator (RBAC proof)
 def operator_process(cluster: Cluster) -> Iterator[OperatorProcess]:
-    op = OperatorProcess(cluster.env, log_name="operator-e2e")
+    # Only the tests' namespaces (a kopf glob): other operators on the same sandbox (the RBAC
+    # proof, benchmarks) own theirs, and two operators must never drive one rollout.
+    op = OperatorProcess(cluster.env, log_name="operator-e2e", namespaces=["e2e-*"])
     op.start()
     yield op
     op.stop()

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from irsandbox.harness import Cluster, OperatorProcess
+from irsandbox.harness import Cluster, OperatorProcess, wait_for
+from irsandbox.loadgen import LoadReport
 
 from .scenario import BackgroundLoad, Release, measure_shares, rollout, with_template
 
@@ -35,7 +36,10 @@ def test_release_promoted_through_every_step(cluster: Cluster, operator_process:
             rel.wait(lambda s, w=weight: s.get("canaryWeight") == w and
                      s.get("canaryRevision") == v2, 90, f"canary at {weight}%")
             assert rel.route() == {v1: 100 - weight, v2: weight}
-            shares = measure_shares(cluster.env, rel.host)
+            # nginx follows the route a moment after the API server holds it
+            shares = wait_for(
+                lambda w=weight: _near(measure_shares(cluster.env, rel.host), v2, w),
+                10, f"nginx at {weight}%", interval=0.2)
             assert shares.failed == 0, shares.summary()
             assert abs(shares.share(v2) - weight / 100) <= SHARE_TOLERANCE, shares.summary()
         # and the release ends promoted: v2 stable, all traffic on it, v1 scaled away
@@ -43,6 +47,7 @@ def test_release_promoted_through_every_step(cluster: Cluster, operator_process:
         assert st["analysis"]["errors"]["verdict"] == "Pass"
         assert st["analysis"]["slo-ttft-p99"]["verdict"] == "Pass"
         assert rel.route() == {v2: 100}
+        settle_on(cluster, rel, v2)
         assert measure_shares(cluster.env, rel.host, 100).share(v2) == 1.0
         rel.wait(lambda s: f"chat-{v1}" not in cluster.deployments(namespace), 60,
                  "old stable scaled away")
@@ -52,15 +57,31 @@ def test_release_promoted_through_every_step(cluster: Cluster, operator_process:
         load.stop()
 
 
+def _near(shares: LoadReport, canary: str, weight: int) -> LoadReport | None:
+    """The burst if the canary's share matches ``weight`` (it was measured after the gateway
+    applied the route), else None."""
+    return shares if abs(shares.share(canary) - weight / 100) <= SHARE_TOLERANCE else None
+
+
 def _rolled_back(rel: Release, cluster: Cluster, v1: str, reason: str) -> dict:
     st = rel.wait(lambda s: s.get("phase") == "Degraded", 120, "rolled back (Degraded)")
     assert st["abortReason"] == reason, st.get("message")
     assert st["canaryWeight"] == 0
     canary = st["canaryRevision"]
     assert rel.route() == {v1: 100, canary: 0}
+    settle_on(cluster, rel, v1)
     shares = measure_shares(cluster.env, rel.host, 200)
     assert shares.share(v1) == 1.0, shares.summary()
     return st
+
+
+def settle_on(cluster: Cluster, rel: Release, revision: str) -> None:
+    """The gateway applies a route change a moment after the API server holds it (nginx is
+    regenerated and reloaded); wait for that before measuring what traffic sees."""
+    from irsandbox.harness import wait_for
+
+    wait_for(lambda: measure_shares(cluster.env, rel.host, 40).share(revision) == 1.0, 30,
+             f"nginx sending everything to {revision}", interval=1)
 
 
 def test_ttft_regression_rolls_back(cluster: Cluster, operator_process: OperatorProcess,
@@ -173,6 +194,7 @@ def test_deletion_mid_release_returns_traffic_to_stable(
     wait_for(lambda: rel.route() == {v1: 100}, 30, "route back to stable")
     wait_for(lambda: not _exists(cluster, namespace), 30, "rollout gone")
     assert f"del-{v1}" in cluster.deployments(namespace)
+    settle_on(cluster, rel, v1)
     shares = measure_shares(cluster.env, rel.host, 100)
     assert shares.failed == 0 and shares.share(v1) == 1.0, shares.summary()
 
