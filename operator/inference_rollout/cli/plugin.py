@@ -142,6 +142,8 @@ async def _watch(kube: Kube, path: str, ns: str, args: argparse.Namespace) -> in
 
 
 def _explain(e: KubeError, ns: str, name: str) -> str:
+    if e.status == 0:  # no HTTP answer at all
+        return f"no cluster: cannot reach the API server ({e.message})"
     if e.status == 404 and "the server could not find the requested resource" in e.message:
         return ("the InferenceRollout CRD is not installed: kubectl apply --server-side -f "
                 "crds/rollouts.inference.dev_inferencerollouts.yaml (or helm install the chart)")
