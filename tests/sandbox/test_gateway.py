@@ -90,13 +90,14 @@ def test_weight_changes_drop_no_requests(kit, namespace):
     async def main():
         loop = asyncio.get_running_loop()
         t0 = loop.time()
+        stop = asyncio.Event()
         load = asyncio.create_task(
             run_load(
                 kit.gateway_url,
                 host=host,
                 model="llama",
                 rate=60,
-                duration=12,
+                stop=stop,
                 stream=True,
                 max_tokens=20,
                 concurrency=128,
@@ -110,6 +111,9 @@ def test_weight_changes_drop_no_requests(kit, namespace):
                 kit.wait_programmed, namespace, "chat", {"chat-stable": 1, "chat-canary": 1}
             )
             programmed.append((loop.time() - t0, weights))
+        # Load for at least 12 s and 3 s past the last change, however slow the machine is.
+        await asyncio.sleep(max(t0 + 12 - loop.time(), 3.0))
+        stop.set()
         return await load
 
     report = asyncio.run(main())
