@@ -61,7 +61,8 @@ def main() -> int:
             break
         except Exception:  # the old namespace is still terminating
             time.sleep(1)
-    op = OperatorProcess(env, log_name="operator-demo", metrics_port=18581, liveness_port=18580)
+    op = OperatorProcess(env, log_name="operator-demo", namespaces=[NS], metrics_port=18581,
+                         liveness_port=18580)
     op.start()
     print(f"operator running (log: {op.log_path}); Prometheus {env['PROMETHEUS_URL']}, "
           f"gateway {env['GATEWAY_URL']}")
