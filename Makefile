@@ -40,3 +40,11 @@ test:
 # The README's first command: the sandbox, the operator, and two releases (hack/demo.sh).
 demo: venv sandbox-build
 	bash hack/demo.sh
+
+# Benchmarks on a running sandbox (make sandbox-up): DESIGN §9's numbers, method and latest results
+# in docs/benchmarks.md; JSON results in .sandbox/bench/.  BENCH_SCALE=500 for the full scale run.
+BENCH_SCALE ?= 100
+bench: venv
+	$(PY) bench/rollback_latency.py
+	$(PY) bench/breach_to_rollback.py
+	$(PY) bench/scale.py --rollouts $(BENCH_SCALE)

@@ -4,7 +4,7 @@ in Prometheus to the HTTPRoute holding 100 % stable, in analysis intervals (DESI
     .venv/bin/python bench/breach_to_rollback.py [--runs 6] [--interval 5s] [--rate 8]
 
 Method: one namespace, the operator as a process watching only it.  ``--runs`` rollouts (1
-replica, no GPU request, vLLM simulators, ``--rate`` req/s of background load each) are each
+replica, GPU limit 0, vLLM simulators, ``--rate`` req/s of background load each) are each
 released to a *healthy* canary (TTFT 5 ms; SLO 100 ms, breach above 150 ms) held at 50 % with a
 1 h pause, until the canary's ``slo-ttft-p99`` verdict is Pass.  Then, one rollout at a time, the
 running canary pods are degraded live: annotated ``sim.inference.dev/ttft-ms=400``, which the
@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import time
 import urllib.parse
 import urllib.request
@@ -111,6 +112,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     observer = RouteObserver(Cluster(env), ns, period=0.02, max_seconds=args.timeout + 60)
     loads: list[BackgroundLoad] = []
     runs: list[Run] = []
+    loads_1m: list[float] = []
     info: dict[str, Any] = {"namespace": ns, "machine": machine(), "args": vars(args),
                             "interval_s": interval, "operator_commit": OPERATOR_COMMIT}
     started = time.time()
@@ -180,6 +182,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                                 and c.after.get(svc_s) == 100):
                             r.rollback_seen, r.rollback_lo = c.hi, c.lo
                             break
+                loads_1m.append(os.getloadavg()[0])
                 time.sleep(max(0.0, 0.25 - (time.time() - at)))
             # The route is written before the status: give the status a moment to follow.
             st = rel.status()
@@ -212,6 +215,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "duration_s": round(time.time() - started, 1),
         "runs": len(runs),
         "complete_runs": len(done),
+        "loadavg_1m_during_runs": {"mean": sum(loads_1m) / len(loads_1m) if loads_1m else None,
+                                   "max": max(loads_1m, default=None)},
         "rollback_minus_visible_intervals": {
             "n": len(ivals), "p50": percentile(ivals, 50), "max": max(ivals, default=math.nan),
             "mean": sum(ivals) / len(ivals) if ivals else math.nan},
@@ -245,6 +250,7 @@ def main() -> None:
     print(f"(rollback − visible) / interval: p50 {s['p50']:.2f}, mean {s['mean']:.2f}, "
           f"max {s['max']:.2f}  (each: "
           f"{[round(r['intervals'], 2) for r in result['per_run'] if r['intervals'] is not None]})")
+    print(f"load average (1 min) during the runs: {result['loadavg_1m_during_runs']}")
     print(f"visible − annotation (s): {result['visible_minus_annotation_s']}")
     print(f"failing verdict − visible (s): {result['verdict_minus_visible_s']}")
     print(f"route 100% stable − failing verdict (ms): {result['route_minus_verdict_ms']}")

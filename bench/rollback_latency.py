@@ -1,11 +1,11 @@
 """Rollback write latency: from a failed verdict to the HTTPRoute holding 100 % stable in the API
 server (DESIGN §9: p50 ≤ 250 ms), over many rollbacks on the sandbox.
 
-    .venv/bin/python bench/rollback_latency.py [--rollouts 6] [--rollbacks 36] [--rate 8]
+    .venv/bin/python bench/rollback_latency.py [--rollouts 3] [--rollbacks 36] [--rate 8]
 
 Method: one namespace, the operator as a process watching only it (its own ports and log, the
 package exported from the last commit: ``IR_BENCH_REF``).  ``--rollouts`` lanes run in parallel;
-each lane creates a fresh InferenceRollout (1 replica, no GPU request, a vLLM simulator behind the
+each lane creates a fresh InferenceRollout (1 replica, GPU limit 0, a vLLM simulator behind the
 sandbox nginx), waits for it to be Healthy, starts ``--rate`` req/s of background load on its
 host, and releases a canary whose time to first token is 400 ms against an SLO of 100 ms (breach
 above 150 ms): step 50 % (pause 60 s), analysis interval 5 s, 1 s scrapes.  The release fails its
@@ -25,8 +25,9 @@ Two measurements per rollback:
 (b) independently: the failing verdict's ``status.analysis.<metric>.measuredAt`` (taken after
     the measurement, just before the decision; milliseconds) to the first time an observer that
     LISTs the namespace's HTTPRoutes every 20 ms sees 100 % stable (the poll's return time: an
-    upper bound; the lower bound is the send time of the last poll that did not see it).  The
-    HTTPRoute's managedFields time is checked against those bounds, but it has whole seconds.
+    upper bound; the lower bound is the send time of the last poll that did not see it), and
+    the arrival of the change on a WATCH of the same routes.  The HTTPRoute's managedFields time
+    is checked against those bounds, but it has whole seconds.
 """
 
 from __future__ import annotations
@@ -321,7 +322,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--rollouts", type=int, default=6, help="rollouts driven in parallel")
+    p.add_argument("--rollouts", type=int, default=3, help="lanes driven in parallel")
     p.add_argument("--rollbacks", type=int, default=36, help="rollbacks to measure (≥ 30)")
     p.add_argument("--rate", type=float, default=8, help="background load per rollout, req/s")
     p.add_argument("--timeout", type=float, default=900, help="seconds for the whole run")

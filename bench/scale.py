@@ -2,17 +2,18 @@
 memory (VmRSS), its reconcile lag, and how fresh every rollout's analysis stays (DESIGN §9: 500
 rollouts, lag p99 < 2 s, < 300 MiB RSS).
 
-    .venv/bin/python bench/scale.py [--rollouts 100] [--interval 30s] [--measure 180]
+    .venv/bin/python bench/scale.py [--rollouts 100] [--interval 30s] [--measure 180] [--batch 100]
 
 Method: one namespace, the operator as a process watching only it.  The pods are KWOK pods
 without a vLLM container (container ``app``, no ``--model``), so the sandbox bridge starts no
 simulator for them; they run on KWOK nodes the benchmark adds for itself (no GPUs, tainted
 ``bench.inference.dev/scale`` so nobody else's pods land there, 600 pods each) and deletes
 afterwards.  Each rollout: 1 replica, a first release, then a second one held at step 1 (50 %)
-with a 24 h pause, analysis every ``--interval`` with one custom metric (``vector(1)`` ≤ 2,
-answered by the real sandbox Prometheus), so every rollout measures, decides and writes its
-status once per interval.  Once all N hold at 50 % with a Pass verdict, the steady state is
-measured for ``--measure`` seconds:
+with a 24 h pause (both applied ``--batch`` rollouts at a time, the next batch once the previous
+ones got there; ``--batch N`` starts them all at once, as an operator restart would), analysis
+every ``--interval`` with one custom metric (``vector(1)`` ≤ 2, answered by the real sandbox
+Prometheus), so every rollout measures, decides and writes its status once per interval.  Once
+all N hold at 50 % with a Pass verdict, the steady state is measured for ``--measure`` seconds:
 
 * VmRSS of the operator process (/proc/<pid>/status) every 5 s, and its CPU time;
 * ``inference_rollout_reconcile_lag_seconds`` (how late a due reconcile started): the
@@ -270,7 +271,7 @@ def main() -> None:
     p.add_argument("--interval", default="30s", help="analysis interval")
     p.add_argument("--measure", type=float, default=180, help="steady-state seconds")
     p.add_argument("--setup-timeout", type=float, default=600, help="seconds per batch")
-    p.add_argument("--batch", type=int, default=50,
+    p.add_argument("--batch", type=int, default=100,
                    help="rollouts created (and released) at a time")
     args = p.parse_args()
     r = run(args)
