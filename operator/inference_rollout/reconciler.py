@@ -243,8 +243,10 @@ async def write_status(deps: Deps, body: dict[str, Any], old: InferenceRolloutSt
         return
     meta = body["metadata"]
     object_path = rollout_path(meta["namespace"], meta["name"])
+    stored = body.get("status") or old_body
     for _attempt in range(STATUS_WRITE_ATTEMPTS):
-        patch = {"metadata": {"resourceVersion": meta["resourceVersion"]}, "status": new_body}
+        patch = {"metadata": {"resourceVersion": meta["resourceVersion"]},
+                 "status": with_deletions(stored, new_body)}
         try:
             updated = await deps.kube.merge_patch(object_path + "/status", patch)
         except KubeError as e:
@@ -256,13 +258,31 @@ async def write_status(deps: Deps, body: dict[str, Any], old: InferenceRolloutSt
             if fresh is None:
                 return
             meta["resourceVersion"] = fresh["metadata"]["resourceVersion"]
-            new_body = _keep_new_requests(old_body, fresh.get("status") or {}, new_body)
+            stored = fresh.get("status") or {}
+            new_body = _keep_new_requests(old_body, stored, new_body)
             continue
         meta["resourceVersion"] = updated["metadata"]["resourceVersion"]
         body["status"] = updated.get("status", new_body)
         return
     raise KubeError(409, "PATCH", object_path + "/status",
                     f"status write still conflicting after {STATUS_WRITE_ATTEMPTS} attempts")
+
+
+def with_deletions(stored: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """A JSON merge patch that turns ``stored`` into ``new``: ``new`` itself, plus an explicit
+    null for every key (at any depth of nested objects) that ``stored`` has and ``new`` lacks.
+
+    A merge patch only deletes what it names as null; without these, a reset such as the
+    analysis results of a new release (``analysis: {}``) would leave the old verdicts in place,
+    and a stale Fail would hold the next release at 0% (RFC 7386).
+    """
+    out: dict[str, Any] = dict(new)
+    for key, old_value in stored.items():
+        if key not in new:
+            out[key] = None
+        elif isinstance(old_value, dict) and isinstance(new[key], dict):
+            out[key] = with_deletions(old_value, new[key])
+    return out
 
 
 def _keep_new_requests(old: dict[str, Any], fresh: dict[str, Any],

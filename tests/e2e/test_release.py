@@ -105,6 +105,7 @@ def test_ttft_regression_rolls_back(cluster: Cluster, operator_process: Operator
         load.stop()
 
 
+@pytest.mark.timeout(480)
 def test_error_rate_rolls_back(cluster: Cluster, operator_process: OperatorProcess,
                                namespace: str) -> None:
     rel = Release(cluster, operator_process, namespace,
@@ -118,6 +119,15 @@ def test_error_rate_rolls_back(cluster: Cluster, operator_process: OperatorProce
         st = _rolled_back(rel, cluster, v1, "AnalysisFailed")
         assert st["analysis"]["errors"]["verdict"] == "Fail"
         assert st["analysis"]["errors"]["value"] > 0.01
+        # And when the fix is released on the same object, the old Fail is forgotten (it once
+        # survived a merge-patched status and held the new canary at 0%): v3 is promoted
+        rel.apply(with_template(rel.manifest, version="v3", failure_rate=0))
+        v3 = rel.wait(lambda s: s.get("canaryRevision") not in (None, st["canaryRevision"]),
+                      60, "v3 released")["canaryRevision"]
+        rel.wait(lambda s: (s.get("canaryWeight") or 0) > 0, 90, "v3 receives traffic")
+        done = rel.wait_healthy(revision=v3, timeout=180)
+        assert done["analysis"]["errors"]["verdict"] == "Pass"
+        assert rel.route() == {v3: 100}
     finally:
         load.stop()
 

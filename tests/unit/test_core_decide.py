@@ -269,6 +269,22 @@ def test_progress_deadline_counts_from_the_step_not_the_release() -> None:
     assert not sim.status.aborted
 
 
+@pytest.mark.parametrize("delay", ["0s", "45s"])
+def test_a_deadline_abort_never_creates_a_canary_that_is_gone(delay: str) -> None:
+    """The canary's Deployment was deleted (by hand, or never created before a crash) and the
+    deadline has passed: the step would recreate it, the abort must not (hypothesis found it)."""
+    sim, old, new = in_release(strategy={**steps((5, "1m"), 100), "progressDeadline": "20s",
+                                         "abortScaleDownDelay": delay})
+    sim.world.auto_ready = False
+    sim.reconcile()
+    sim.advance(25)
+    del sim.world.deployments[new]
+    d = sim.reconcile()
+    assert sim.status.aborted and sim.status.abort_reason == r.PROGRESS_DEADLINE
+    assert [a for a in of(d, EnsureRevision) if a.revision == new] == []
+    assert new not in sim.world.deployments and sim.world.route == {old: 100, new: 0}
+
+
 # --- analysis rules in the loop ----------------------------------------------------------------
 
 

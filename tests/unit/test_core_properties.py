@@ -35,7 +35,8 @@ from inference_rollout.core.types import (
     SetWeights,
 )
 
-PROPERTY = settings(max_examples=100, deadline=None, print_blob=True,
+PROPERTY = settings(max_examples=int(os.environ.get("PROPERTY_EXAMPLES", "100")), deadline=None,
+                    print_blob=True,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 TRACE = bool(os.environ.get("TRACE"))
 REQUESTS = ("promote", "promote_full", "abort", "retry", "pause", "resume")

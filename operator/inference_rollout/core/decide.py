@@ -271,15 +271,19 @@ def _stay_aborted(run: _Run) -> None:
     waited = seconds_since(st.aborted_at, run.now) or 0.0
     delay = parse_duration(run.spec.strategy.abort_scale_down_delay)
     canary = run.world.revisions.get(st.canary_revision)
-    if waited >= delay:
-        if canary is not None:
-            run.ensure(st.canary_revision, 0)
+    if canary is None:
+        # Never created: withdraw a scale-up decided earlier in this call (the step's), so an
+        # aborted canary is not born after the abort.
+        run.keep(st.canary_revision)
+        canary_pods = 0
+    elif waited >= delay:
+        run.ensure(st.canary_revision, 0)
         canary_pods = 0
     else:
+        canary_pods = canary.desired
+        run.ensure(st.canary_revision, canary_pods)  # keeps its pods, grows no more
+    if waited < delay:
         run.wake_in(delay - waited)
-        canary_pods = canary.desired if canary else 0
-        if canary is not None:
-            run.ensure(st.canary_revision, canary_pods)  # keeps its pods, grows no more
     run.ensure(st.stable_revision, _stable_pods(run, run.spec.replicas, canary_pods))
 
 
