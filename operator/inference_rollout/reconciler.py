@@ -118,7 +118,7 @@ async def reconcile(deps: Deps, body: dict[str, Any]) -> float:
         new = validation.unparseable_status(status, problems, generation, deps.now())
         await write_status(deps, body, status, new)
         return IDLE_SECONDS
-    revisions = Revisions(deps.kube, ns, name, uid)
+    revisions = Revisions(deps.kube, ns, name, uid, spec.traffic.gateway_api)
     router = HTTPRouteRouter(deps.kube, ns, name, uid, spec.traffic.gateway_api,
                              spec.template.serving_port())
     now = deps.now()

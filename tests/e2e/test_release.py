@@ -217,3 +217,59 @@ def _exists(cluster: Cluster, ns: str) -> bool:
         return True
     except ApiException as e:
         return e.status != 404
+
+
+def test_inference_pool_backends_are_created_routed_and_removed(
+        cluster: Cluster, operator_process: OperatorProcess, namespace: str) -> None:
+    # Given a rollout whose revisions are InferencePools (the sandbox's nginx balances a pool's
+    # Ready pods itself, as a gateway without an endpoint picker would)
+    manifest = rollout("pool", prometheus=cluster.env["PROMETHEUS_URL"],
+                       steps=[{"weight": 50, "pause": "15s"}, {"weight": 100}])
+    manifest["spec"]["traffic"]["gatewayAPI"]["backendKind"] = "InferencePool"
+    rel = Release(cluster, operator_process, namespace, manifest)
+    rel.apply()
+    v1 = rel.wait_healthy()["stableRevision"]
+    assert _pool(cluster, namespace, f"pool-{v1}")["spec"]["selector"]["matchLabels"] == {
+        "rollouts.inference.dev/rollout": "pool", "rollouts.inference.dev/revision": v1}
+    load = BackgroundLoad(cluster.env, rel.host)
+    try:
+        # When v2 is released
+        rel.apply(with_template(rel.manifest, version="v2"))
+        v2 = rel.wait_canary()
+        rel.wait(lambda s: s.get("canaryWeight") == 50, 90, "canary at 50%")
+        # Then the route names the two pools, and traffic through nginx follows the weights
+        assert rel.route() == {v1: 50, v2: 50}
+        route = cluster.custom.get_namespaced_custom_object(
+            "gateway.networking.k8s.io", "v1", namespace, "httproutes", "pool")
+        kinds = {ref["kind"] for ref in route["spec"]["rules"][0]["backendRefs"]}
+        assert kinds == {"InferencePool"}
+        assert _pool(cluster, namespace, f"pool-{v2}")["spec"]["targetPorts"] == [
+            {"number": 8000}]
+        shares = wait_for(lambda: _near(measure_shares(cluster.env, rel.host), v2, 50), 10,
+                          "nginx at 50% over the pools", interval=0.2)
+        assert shares.failed == 0, shares.summary()
+        # and once v2 is promoted, v1's pool goes with its Deployment
+        rel.wait_healthy(revision=v2, timeout=120)
+        rel.wait(lambda s: _pool_or_none(cluster, namespace, f"pool-{v1}") is None, 60,
+                 "old revision's pool deleted")
+        assert _pool_or_none(cluster, namespace, f"pool-{v2}") is not None
+    finally:
+        load.stop()
+
+
+def _pool_or_none(cluster: Cluster, ns: str, name: str) -> dict | None:
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        return cluster.custom.get_namespaced_custom_object(  # type: ignore[no-any-return]
+            "inference.networking.k8s.io", "v1", ns, "inferencepools", name)
+    except ApiException as e:
+        if e.status == 404:
+            return None
+        raise
+
+
+def _pool(cluster: Cluster, ns: str, name: str) -> dict:
+    pool = _pool_or_none(cluster, ns, name)
+    assert pool is not None, f"InferencePool {ns}/{name} does not exist"
+    return pool

@@ -171,6 +171,15 @@ def test_a_prometheus_token_secret_is_readable_by_name_only(mode: tuple[str, ...
     assert len(secret_rules) == (1 if not mode else 2)  # one per Role in namespaces mode
 
 
+@pytest.mark.parametrize("mode", [(), ("watch.mode=namespaces", "watch.namespaces={a,b}")])
+def test_inference_pools_are_granted_only_when_asked(mode: tuple[str, ...]) -> None:
+    pool = ("inference.networking.k8s.io", "inferencepools")
+    assert all(pool not in rule_map([r]) for r in all_rules(render(*mode)))
+    docs = render(*mode, "rbac.inferencePools=true")
+    granted = [rule_map([r])[pool] for r in all_rules(docs) if pool in rule_map([r])]
+    assert granted == [["get", "create", "delete"]] * (1 if not mode else 2)
+
+
 def test_rbac_can_be_left_to_the_user() -> None:
     docs = render("rbac.create=false")
     assert not [d for d in docs if d["kind"].endswith(("Role", "RoleBinding"))]

@@ -83,6 +83,8 @@ def test_owned_route_and_inferencepool_modes() -> None:
     assert owned.http_route_ref is None and owned.parent_refs
     pool = spec_of(ROOT / "examples" / "inferencepool-backend.yaml").traffic.gateway_api
     assert pool.backend_kind == "InferencePool"
+    assert pool.endpoint_picker_ref is not None
+    assert pool.endpoint_picker_ref.for_pool("llama-pool-abc")["name"] == "llama-pool-abc-epp"
 
 
 def test_business_metric_uses_placeholders_and_a_relative_threshold() -> None:

@@ -79,8 +79,14 @@ namespace in namespaces mode). */}}
 - apiGroups: [""]
   resources: ["configmaps"]
   verbs: ["get"]
-# No InferencePool rule: with backendKind InferencePool the operator only names the pools in the
-#   route's backendRefs; it neither reads nor writes InferencePool objects.
+{{- if .Values.rbac.inferencePools }}
+# Each revision's InferencePool (rbac.inferencePools; rollouts with backendKind InferencePool).
+#   get    - does it exist yet; create - once per revision, beside its Service;
+#   delete - with its revision. No list, watch, patch or update.
+- apiGroups: ["inference.networking.k8s.io"]
+  resources: ["inferencepools"]
+  verbs: ["get", "create", "delete"]
+{{- end }}
 {{- if .Values.prometheus.bearerTokenSecret }}
 # One Secret, by name (values: prometheus.bearerTokenSecret).
 #   get    - the bearer token of spec.analysis.prometheus.bearerTokenSecretRef, read before each

@@ -13,3 +13,9 @@ LABEL_ROLLOUT = f"{GROUP}/rollout"
 LABEL_REVISION = f"{GROUP}/revision"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGED_BY = "inference-rollout"
+
+#: The Gateway API Inference Extension's InferencePool (one per revision with backendKind
+#: InferencePool).
+POOL_GROUP = "inference.networking.k8s.io"
+POOL_VERSION = "v1"
+POOL_PLURAL = "inferencepools"

@@ -92,6 +92,12 @@ VALIDATIONS: Final[dict[RulePath, list[Rule]]] = {
             "message": "spec.traffic.gatewayAPI: set exactly one of httpRouteRef (existing route) "
             "or parentRefs (operator-owned route)",
         },
+        {
+            "rule": "!has(self.endpointPickerRef) "
+            "|| (has(self.backendKind) && self.backendKind == 'InferencePool')",
+            "message": "spec.traffic.gatewayAPI.endpointPickerRef: only InferencePool backends "
+            "have an endpoint picker; set backendKind: InferencePool or remove endpointPickerRef",
+        },
     ],
     ("spec", "strategy", "steps"): [
         {

@@ -147,6 +147,24 @@ class ParentRef(Model):
     kind: str | None = None
 
 
+class EndpointPickerRef(Model):
+    """The endpoint picker (EPP) named by each revision's InferencePool.
+
+    The Inference Extension's EPP serves one pool (its ``--pool-name``), so with one pool per
+    revision ``name`` may contain ``{{pool}}``, replaced by the pool's name (``<name>-<hash>``).
+    """
+
+    name: str = Field(min_length=1, description="The EPP Service; `{{pool}}` = the pool's name.")
+    port: int = Field(9002, ge=1, le=65535, description="The EPP Service's port (ext-proc).")
+    failure_mode: Literal["FailOpen", "FailClose"] = Field(
+        "FailClose", description="What the gateway does when the EPP does not answer.")
+
+    def for_pool(self, pool: str) -> dict[str, object]:
+        """The pool's ``spec.endpointPickerRef`` (inference.networking.k8s.io/v1)."""
+        return {"kind": "Service", "name": self.name.replace("{{pool}}", pool),
+                "port": {"number": self.port}, "failureMode": self.failure_mode}
+
+
 class GatewayAPITraffic(Model):
     """Weighted traffic through a Gateway API HTTPRoute.
 
@@ -158,6 +176,9 @@ class GatewayAPITraffic(Model):
     parent_refs: list[ParentRef] | None = Field(None, max_length=MAX_PARENT_REFS)
     hostnames: list[str] = Field(default_factory=list, max_length=MAX_HOSTNAMES)
     backend_kind: Literal["Service", "InferencePool"] = "Service"
+    endpoint_picker_ref: EndpointPickerRef | None = Field(
+        None, alias="endpointPickerRef",
+        description="With backendKind InferencePool: the EPP each revision's pool names.")
 
     @model_validator(mode="after")
     def _one_mode(self) -> GatewayAPITraffic:
@@ -165,6 +186,11 @@ class GatewayAPITraffic(Model):
             raise ValueError(
                 "spec.traffic.gatewayAPI: set exactly one of httpRouteRef (existing route) "
                 "or parentRefs (operator-owned route)"
+            )
+        if self.endpoint_picker_ref is not None and self.backend_kind != "InferencePool":
+            raise ValueError(
+                "spec.traffic.gatewayAPI.endpointPickerRef: only InferencePool backends have an "
+                "endpoint picker; set backendKind: InferencePool or remove endpointPickerRef"
             )
         return self
 

@@ -17,14 +17,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..api import API_VERSION, KIND, LABEL_MANAGED_BY, LABEL_ROLLOUT, MANAGED_BY
+from ..api import API_VERSION, KIND, LABEL_MANAGED_BY, LABEL_ROLLOUT, MANAGED_BY, POOL_GROUP
 from ..api.spec import GatewayAPITraffic
 from ..core.revision import revision_name
 from ..kube import Kube, KubeError, ns_path
 from .router import RouteDrift, RouteError
 
 GROUP, VERSION, PLURAL = "gateway.networking.k8s.io", "v1", "httproutes"
-POOL_GROUP = "inference.networking.k8s.io"
 
 
 class HTTPRouteRouter:

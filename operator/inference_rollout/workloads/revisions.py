@@ -1,4 +1,5 @@
-"""Create, scale, observe and delete the Deployment and Service of each revision.
+"""Create, scale, observe and delete the Deployment and Service (and, with InferencePool
+backends, the InferencePool) of each revision.
 
 A revision's pod template never changes after its Deployment is created (a change is a new
 revision), so ``ensure`` creates the objects once and afterwards only patches ``replicas``: a
@@ -11,8 +12,18 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from ..api import API_VERSION, KIND, LABEL_MANAGED_BY, LABEL_REVISION, LABEL_ROLLOUT, MANAGED_BY
-from ..api.spec import PodTemplate
+from ..api import (
+    API_VERSION,
+    KIND,
+    LABEL_MANAGED_BY,
+    LABEL_REVISION,
+    LABEL_ROLLOUT,
+    MANAGED_BY,
+    POOL_GROUP,
+    POOL_PLURAL,
+    POOL_VERSION,
+)
+from ..api.spec import GatewayAPITraffic, PodTemplate
 from ..core.revision import revision_name
 from ..core.types import RevisionState
 from ..kube import Kube, KubeError, ns_path
@@ -68,11 +79,35 @@ def service_body(namespace: str, rollout: str, uid: str, revision: str,
     }
 
 
+def pool_body(namespace: str, rollout: str, uid: str, revision: str, port: int,
+              traffic: GatewayAPITraffic) -> dict[str, Any]:
+    """The revision's InferencePool: its pods (the Service's selector) on the serving port."""
+    labels = revision_labels(rollout, revision)
+    name = revision_name(rollout, revision)
+    spec: dict[str, Any] = {"selector": {"matchLabels": labels},
+                            "targetPorts": [{"number": port}]}
+    if traffic.endpoint_picker_ref is not None:
+        spec["endpointPickerRef"] = traffic.endpoint_picker_ref.for_pool(name)
+    return {
+        "apiVersion": f"{POOL_GROUP}/{POOL_VERSION}", "kind": "InferencePool",
+        "metadata": {
+            "name": name, "namespace": namespace,
+            "labels": {**labels, LABEL_MANAGED_BY: MANAGED_BY},
+            "ownerReferences": [owner_reference(rollout, uid)],
+        },
+        "spec": spec,
+    }
+
+
 class Revisions:
     """The revisions of one rollout."""
 
-    def __init__(self, kube: Kube, namespace: str, rollout: str, uid: str) -> None:
+    def __init__(self, kube: Kube, namespace: str, rollout: str, uid: str,
+                 traffic: GatewayAPITraffic | None = None) -> None:
         self.kube, self.namespace, self.rollout, self.uid = kube, namespace, rollout, uid
+        #: Set when each revision is also an InferencePool (``backendKind: InferencePool``).
+        self.pools = traffic if traffic is not None and traffic.backend_kind == "InferencePool" \
+            else None
         #: Pod templates of the revisions seen by :meth:`observe` (the stable's args feed lints).
         self.templates: dict[str, dict[str, Any]] = {}
 
@@ -83,6 +118,10 @@ class Revisions:
     def _svc_path(self, revision: str = "") -> str:
         name = revision_name(self.rollout, revision) if revision else ""
         return ns_path("", "v1", self.namespace, "services", name)
+
+    def _pool_path(self, revision: str = "") -> str:
+        name = revision_name(self.rollout, revision) if revision else ""
+        return ns_path(POOL_GROUP, POOL_VERSION, self.namespace, POOL_PLURAL, name)
 
     async def observe(self) -> dict[str, RevisionState]:
         """Each revision's desired/ready/available pods, and pods no node can take."""
@@ -130,6 +169,8 @@ class Revisions:
             await self._create(revision, replicas, template)
         if replicas > 0 and template is not None and revision == template_revision:
             await self._ensure_service(revision, template.serving_port())
+            if self.pools is not None:
+                await self._ensure_pool(revision, template.serving_port(), self.pools)
 
     async def _create(self, revision: str, replicas: int, template: PodTemplate) -> None:
         body = deployment_body(self.namespace, self.rollout, self.uid, revision, template, replicas)
@@ -149,6 +190,24 @@ class Revisions:
             if e.status != 409:
                 raise RevisionError(f"creating Service {self._name(revision)}: {e}") from e
 
+    async def _ensure_pool(self, revision: str, port: int, traffic: GatewayAPITraffic) -> None:
+        """Created before the revision's first weight, like its Service (the route names it)."""
+        what = f"InferencePool {self._name(revision)}"
+        try:
+            if await self.kube.get_or_none(self._pool_path(revision)) is not None:
+                return
+            await self.kube.create(self._pool_path(), pool_body(
+                self.namespace, self.rollout, self.uid, revision, port, traffic))
+        except KubeError as e:
+            if e.status == 409:
+                return
+            if e.status == 404:
+                raise RevisionError(
+                    f"creating {what}: the InferencePool CRD ({POOL_GROUP}/{POOL_VERSION}) is "
+                    "not installed; install the Gateway API Inference Extension CRDs, or set "
+                    "spec.traffic.gatewayAPI.backendKind: Service") from e
+            raise RevisionError(f"creating {what}: {e}") from e
+
     def serving_args(self, revision: str | None) -> tuple[str, ...] | None:
         """The vLLM args of an observed revision (None if it was not seen)."""
         template = self.templates.get(revision or "")
@@ -162,6 +221,8 @@ class Revisions:
     async def delete(self, revision: str) -> None:
         await self.kube.delete(self._deploy_path(revision))
         await self.kube.delete(self._svc_path(revision))
+        if self.pools is not None:
+            await self.kube.delete(self._pool_path(revision))
 
     def _name(self, revision: str) -> str:
         return f"{self.namespace}/{revision_name(self.rollout, revision)}"
