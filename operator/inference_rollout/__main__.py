@@ -45,6 +45,7 @@ def run_operator(args: argparse.Namespace) -> int:
     handlers.Runtime.kubeconfig = args.kubeconfig
     handlers.Runtime.metrics_port = args.metrics_port
     handlers.Runtime.service_proxy = args.service_proxy
+    handlers.Runtime.clusterwide = bool(args.all_namespaces)
     fmt = kopf.LogFormat.JSON if args.log_format == "json" else kopf.LogFormat.PLAIN
     kopf.configure(verbose=args.verbose, log_format=fmt)
     asyncio.run(kopf.operator(

@@ -8,6 +8,8 @@
   before the object goes; with a user-owned route the stable revision is also orphaned, so the
   route keeps a live backend after the rollout's garbage collection.
 * kopf's own bookkeeping lives in annotations with the project's prefix, never in our status.
+* In namespaces mode a watchdog finishes deletions kopf never hands over (a namespace being
+  deleted: see ``deletion_watchdog``), so no namespace stays Terminating on our finalizer.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from typing import Any, ClassVar, cast
 import kopf
 from aiohttp import web
 
-from . import opmetrics
+from . import deletion_watchdog, opmetrics
 from .api import GROUP, LABEL_REVISION, PLURAL, VERSION
 from .api.spec import InferenceRolloutSpec
 from .api.status import InferenceRolloutStatus
@@ -49,6 +51,10 @@ class Runtime:
     metrics_port: int = 8081
     kubeconfig: str | None = None
     service_proxy: str | None = None  # --service-proxy: the evaluation's HTTP forward proxy
+    clusterwide: bool = True  # --all-namespaces; else the deletion watchdog runs
+    #: Namespaces whose rollouts this process has served (the deletion watchdog's scope).
+    served_namespaces: ClassVar[set[str]] = set()
+    watchdog: asyncio.Task[None] | None = None
 
 
 async def _post_event(body: dict[str, Any], event: RecordEvent) -> None:
@@ -80,6 +86,16 @@ async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
     await runner.setup()
     await web.TCPSite(runner, "0.0.0.0", Runtime.metrics_port).start()  # a pod port: all interfaces
     log.info("metrics on :%d/metrics", Runtime.metrics_port)
+    if not Runtime.clusterwide:
+        Runtime.watchdog = asyncio.create_task(deletion_watchdog.run(
+            Runtime.deps.kube, Runtime.served_namespaces, FINALIZER,
+            _release_before_deletion, Runtime.deps.now))
+
+
+@kopf.on.cleanup()
+async def cleanup(**_: Any) -> None:
+    if Runtime.watchdog is not None:
+        Runtime.watchdog.cancel()
 
 
 async def _metrics(_request: web.Request) -> web.Response:
@@ -111,6 +127,7 @@ async def run_rollout(stopped: kopf.DaemonStopped, name: str, namespace: str | N
     assert deps is not None
     assert namespace is not None  # the CRD is namespaced
     key = _key(namespace, name)
+    Runtime.served_namespaces.add(namespace)
     wake = Runtime.wake.setdefault(key, asyncio.Event())
     due = time.monotonic()
     try:
@@ -170,9 +187,17 @@ async def _reconcile_once(deps: Deps, namespace: str, name: str) -> float | None
 async def on_delete(body: kopf.Body, name: str, namespace: str | None, **_: Any) -> None:
     """Return all traffic to stable before the rollout (and, by garbage collection, its
     revisions) goes.  Retried by kopf until it succeeds."""
+    try:
+        await _release_before_deletion(dict(body))
+    except (RouteError, KubeError, RevisionError) as e:
+        raise kopf.TemporaryError(f"returning traffic to stable: {e}", delay=2) from e
+
+
+async def _release_before_deletion(raw: dict[str, Any]) -> None:
+    """The delete handler's work (also the deletion watchdog's): raises when it must be retried."""
     deps = Runtime.deps
-    assert deps is not None and namespace is not None
-    raw = dict(body)
+    assert deps is not None
+    namespace, name = raw["metadata"]["namespace"], raw["metadata"]["name"]
     try:
         await reconcile(deps, raw)
     except (RouteError, KubeError, RevisionError) as e:
@@ -181,7 +206,7 @@ async def on_delete(body: kopf.Body, name: str, namespace: str | None, **_: Any)
             # server refuses every write there.  Holding the finalizer would only block it.
             log.info("%s/%s: namespace terminating; nothing left to protect", namespace, name)
             return
-        raise kopf.TemporaryError(f"returning traffic to stable: {e}", delay=2) from e
+        raise
     spec = InferenceRolloutSpec.parse(raw["spec"])
     status = InferenceRolloutStatus.parse(raw.get("status"))
     if spec.traffic.gateway_api.http_route_ref is not None and status.stable_revision:

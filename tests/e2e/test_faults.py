@@ -9,10 +9,13 @@ from __future__ import annotations
 import subprocess
 import threading
 import time
+import uuid
 from pathlib import Path
 
 import pytest
+from kubernetes.client.exceptions import ApiException
 
+from inference_rollout.api import GROUP, PLURAL, VERSION
 from irsandbox.harness import ROOT, Cluster, OperatorProcess, wait_for
 
 from .scenario import BackgroundLoad, Release, rollout, with_template
@@ -149,3 +152,37 @@ def test_operator_sigkilled_in_every_phase_ends_right(
         load.stop()
         if op.proc is None or op.proc.poll() is not None:
             op.start()
+
+
+def test_a_deleted_namespace_is_not_held_by_the_finalizer(
+        cluster: Cluster, operator_process: OperatorProcess) -> None:
+    # Given a namespace with a healthy rollout mid-release, served by the operator in namespaces
+    # mode (kopf may stop watching a namespace before its rollouts are deleted)
+    ns = f"e2e-{uuid.uuid4().hex[:6]}"
+    cluster.create_namespace(ns)
+    rel = Release(cluster, operator_process, ns,
+                  rollout("gone", prometheus=cluster.env["PROMETHEUS_URL"],
+                          steps=[{"weight": 20, "manual": True}, {"weight": 100}]))
+    rel.apply()
+    rel.wait_healthy()
+    rel.apply(with_template(rel.manifest, version="v2"))
+    rel.wait(lambda s: s.get("canaryWeight") == 20, 90, "canary at 20%")
+    # When the whole namespace is deleted
+    cluster.delete_namespace(ns)
+
+    # Then it goes: the rollout's finalizer is removed, by the delete handler or the watchdog
+    def gone() -> bool:
+        try:
+            cluster.core.read_namespace(ns)
+        except ApiException as e:
+            return e.status == 404
+        return False
+
+    try:
+        wait_for(gone, 120, f"namespace {ns} deleted", interval=2)
+    except TimeoutError:
+        left = cluster.custom.list_namespaced_custom_object(GROUP, VERSION, ns, PLURAL)["items"]
+        raise AssertionError(
+            f"namespace {ns} still Terminating; rollouts left: "
+            f"{[(r['metadata']['name'], r['metadata'].get('finalizers')) for r in left]}\n"
+            f"operator log:\n{operator_process.tail(30)}") from None

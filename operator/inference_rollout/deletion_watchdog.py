@@ -1,0 +1,93 @@
+"""Finish the deletions kopf never hands to the delete handler (namespaces mode only).
+
+Why this exists: in namespaces mode kopf follows each watched namespace with its own watch
+stream, and stops that stream once the namespace *looks* deleted: marked for deletion, with
+status conditions, none of them True (kopf's fix for its issues #900/#1088).  Kubernetes deletes
+a terminating namespace's pods first, and while they terminate it writes the namespace's deletion
+conditions all False ("All content successfully removed").  kopf takes that for the end, stops
+the stream, and the InferenceRollouts, deleted a moment later, never reach the delete handler:
+the finalizer stays and the namespace is Terminating for ever (found by bench/, see
+docs/benchmarks.md).  Cluster-wide mode has one stream for every namespace and is not affected.
+
+So the operator remembers the namespaces it has served and, every ``SWEEP_SECONDS``, lists their
+rollouts.  One marked for deletion more than ``GRACE_SECONDS`` ago that still carries the
+finalizer gets the delete handler's own cleanup (traffic back to stable, or nothing when the
+namespace refuses writes), and then loses the finalizer through a JSON patch that first tests
+the entry is still ours, so a concurrent kopf removal cannot make it remove another finalizer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from datetime import datetime
+from typing import Any
+
+from .api import GROUP, PLURAL, VERSION
+from .kube import Kube, KubeError, ns_path
+
+log = logging.getLogger("inference_rollout")
+
+SWEEP_SECONDS = 15.0
+#: kopf normally handles a deletion within a second or two; only what it missed is taken over.
+GRACE_SECONDS = 30.0
+
+Cleanup = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+def stuck(rollout: dict[str, Any], finalizer: str, now: datetime,
+          grace: float = GRACE_SECONDS) -> bool:
+    """Marked for deletion ``grace`` seconds ago or more and still held by ``finalizer``."""
+    meta = rollout.get("metadata", {})
+    marked = meta.get("deletionTimestamp")
+    if not marked or finalizer not in (meta.get("finalizers") or []):
+        return False
+    since = datetime.fromisoformat(str(marked).replace("Z", "+00:00"))
+    return (now - since).total_seconds() >= grace
+
+
+def finalizer_removal(rollout: dict[str, Any], finalizer: str) -> list[dict[str, Any]]:
+    """A JSON patch removing ``finalizer``, valid only while it is still at the same index."""
+    index = rollout["metadata"]["finalizers"].index(finalizer)
+    path = f"/metadata/finalizers/{index}"
+    return [{"op": "test", "path": path, "value": finalizer}, {"op": "remove", "path": path}]
+
+
+async def sweep(kube: Kube, namespaces: set[str], finalizer: str, cleanup: Cleanup,
+                now: datetime) -> list[str]:
+    """One pass; returns ``namespace/name`` of every rollout whose finalizer it removed."""
+    released = []
+    for ns in sorted(namespaces):
+        try:
+            listed = await kube.get(ns_path(GROUP, VERSION, ns, PLURAL))
+        except KubeError as e:
+            if e.status == 404:
+                namespaces.discard(ns)  # the namespace is gone
+            else:
+                log.warning("deletion watchdog: listing %s: %s", ns, e)
+            continue
+        for rollout in listed.get("items", []):
+            if not stuck(rollout, finalizer, now):
+                continue
+            name = rollout["metadata"]["name"]
+            try:
+                await cleanup(rollout)
+                await kube.request("PATCH", ns_path(GROUP, VERSION, ns, PLURAL, name),
+                                   finalizer_removal(rollout, finalizer),
+                                   "application/json-patch+json")
+            except Exception as e:  # one rollout's failure must not stop the others
+                log.warning("deletion watchdog: %s/%s: %s (next pass retries)", ns, name, e)
+                continue
+            log.info("deletion watchdog: %s/%s marked for deletion at %s and never handed to "
+                     "the delete handler (kopf stopped watching the namespace); cleaned up, "
+                     "finalizer removed", ns, name, rollout["metadata"]["deletionTimestamp"])
+            released.append(f"{ns}/{name}")
+    return released
+
+
+async def run(kube: Kube, namespaces: set[str], finalizer: str, cleanup: Cleanup,
+              clock: Callable[[], datetime]) -> None:
+    while True:
+        await asyncio.sleep(SWEEP_SECONDS)
+        await sweep(kube, namespaces, finalizer, cleanup, clock())

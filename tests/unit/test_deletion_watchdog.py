@@ -1,0 +1,34 @@
+"""The deletion watchdog's rules: which rollouts it takes over, and a finalizer removal that
+cannot remove someone else's finalizer.  The sandbox test (tests/e2e/test_faults.py) deletes a
+whole namespace under the real operator."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from inference_rollout.deletion_watchdog import GRACE_SECONDS, finalizer_removal, stuck
+
+F = "rollouts.inference.dev/finalizer"
+NOW = datetime(2026, 12, 2, 12, 0, 0, tzinfo=UTC)
+
+
+def rollout(deleted_ago: float | None, finalizers: list[str]) -> dict:
+    meta: dict = {"name": "r", "namespace": "ns", "finalizers": finalizers}
+    if deleted_ago is not None:
+        meta["deletionTimestamp"] = (NOW - timedelta(seconds=deleted_ago)).strftime(
+            "%Y-%m-%dT%H:%M:%SZ")
+    return {"metadata": meta}
+
+
+def test_only_rollouts_deleted_past_the_grace_and_still_ours_are_taken_over() -> None:
+    assert stuck(rollout(GRACE_SECONDS, [F]), F, NOW)
+    assert stuck(rollout(600, ["other", F]), F, NOW)
+    assert not stuck(rollout(GRACE_SECONDS - 1, [F]), F, NOW)  # kopf's to handle still
+    assert not stuck(rollout(None, [F]), F, NOW)  # not being deleted
+    assert not stuck(rollout(600, ["other"]), F, NOW)  # not ours (or already released)
+
+
+def test_the_removal_tests_the_entry_before_removing_it() -> None:
+    patch = finalizer_removal(rollout(600, ["a", F, "b"]), F)
+    assert patch == [{"op": "test", "path": "/metadata/finalizers/1", "value": F},
+                     {"op": "remove", "path": "/metadata/finalizers/1"}]
