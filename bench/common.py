@@ -419,11 +419,7 @@ def cleanup_namespace(cluster: Cluster, ns: str, op: OperatorProcess,
     is not what is measured).  True when the namespace is gone."""
 
     def gone() -> bool:
-        try:
-            cluster.core.read_namespace(ns)
-        except ApiException as e:
-            return e.status == 404
-        return False
+        return cluster.namespace_gone(ns)
 
     if operator_first:
         op.stop()

@@ -103,6 +103,16 @@ class Cluster:
             if e.status != 404:
                 raise
 
+    def namespace_gone(self, name: str) -> bool:
+        """True once the namespace no longer exists (not merely Terminating)."""
+        try:
+            self.core.read_namespace(name)
+        except ApiException as e:
+            if e.status == 404:
+                return True
+            raise
+        return False
+
     # --- rollouts ---------------------------------------------------------------------------
 
     def apply_rollout(self, ns: str, manifest: dict[str, Any]) -> dict[str, Any]:

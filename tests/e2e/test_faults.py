@@ -13,7 +13,6 @@ import uuid
 from pathlib import Path
 
 import pytest
-from kubernetes.client.exceptions import ApiException
 
 from inference_rollout.api import GROUP, PLURAL, VERSION
 from irsandbox.harness import ROOT, Cluster, OperatorProcess, wait_for
@@ -171,15 +170,8 @@ def test_a_deleted_namespace_is_not_held_by_the_finalizer(
     cluster.delete_namespace(ns)
 
     # Then it goes: the rollout's finalizer is removed, by the delete handler or the watchdog
-    def gone() -> bool:
-        try:
-            cluster.core.read_namespace(ns)
-        except ApiException as e:
-            return e.status == 404
-        return False
-
     try:
-        wait_for(gone, 120, f"namespace {ns} deleted", interval=2)
+        wait_for(lambda: cluster.namespace_gone(ns), 120, f"namespace {ns} deleted", interval=2)
     except TimeoutError:
         left = cluster.custom.list_namespaced_custom_object(GROUP, VERSION, ns, PLURAL)["items"]
         raise AssertionError(
