@@ -75,12 +75,13 @@ step_crds() {
   log crds "InferencePool CRD ${GATEWAY_API_INFERENCE_EXTENSION_VERSION} in ${ip}"
 }
 
-# wrapper_build NAME MODULE VERSION PACKAGE [LDFLAGS]: build PACKAGE of MODULE@VERSION through a
-# generated wrapper module ($IR_CACHE/src/NAME-VERSION) that requires MODULE at VERSION with the same
-# `go` and `godebug` lines. (Not `go install pkg@version`: it also reads the module's version list,
+# wrapper_build NAME MODULE VERSION PACKAGE [LDFLAGS [PATCH]]: build PACKAGE of MODULE@VERSION
+# through a generated wrapper module ($IR_CACHE/src/NAME-VERSION) that requires MODULE at VERSION
+# with the same `go` and `godebug` lines. PATCH, a function, is called with the wrapper's
+# directory, MODULE and VERSION before `go mod tidy` (see patch_sim_loopback). (Not `go install pkg@version`: it also reads the module's version list,
 # which some proxies, e.g. a curated mirror, do not serve.)
 wrapper_build() {
-  local name="$1" module="$2" version="$3" pkg="$4" ldflags="${5:-}"
+  local name="$1" module="$2" version="$3" pkg="$4" ldflags="${5:-}" patch="${6:-}"
   local out
   out="$(cached_bin "${name}" "${version}")"
   if have_all "${out}"; then
@@ -98,6 +99,7 @@ wrapper_build() {
     printf '\nrequire %s %s\n' "${module}" "${version}"
   } >"${src}/go.mod"
   printf '//go:build tools\n\npackage tools\n\nimport _ "%s"\n' "${pkg}" >"${src}/tools.go"
+  [[ -z "${patch}" ]] || "${patch}" "${src}" "${module}" "${version}"
   log "${name}" "resolving modules (go mod tidy)"
   (cd "${src}" && go mod tidy)
   log "${name}" "compiling ${pkg}"
@@ -113,8 +115,24 @@ step_kwok() {
 # Pure Go (CGO_ENABLED=0): with a model name unknown to HuggingFace, or --force-dummy-tokenizer,
 # it tokenizes with a built-in regex tokenizer and needs no network.
 step_sim() {
-  wrapper_build llm-d-inference-sim github.com/llm-d/llm-d-inference-sim "${LLM_D_INFERENCE_SIM_VERSION}" \
-    github.com/llm-d/llm-d-inference-sim/cmd/llm-d-inference-sim
+  wrapper_build "${SIM_BIN_NAME}" github.com/llm-d/llm-d-inference-sim "${LLM_D_INFERENCE_SIM_VERSION}" \
+    github.com/llm-d/llm-d-inference-sim/cmd/llm-d-inference-sim "" patch_sim_loopback
+}
+
+# The simulator listens on ":<port>", every interface (pkg/communication/http.go; no flag picks
+# the address). The sandbox serves on loopback only, so the build changes that one address to
+# 127.0.0.1 in a copy of the module beside the wrapper (the module cache stays read-only and
+# untouched), replaces the module with the copy, and fails if the line is not where it was.
+patch_sim_loopback() {
+  local src="$1" module="$2" version="$3" dir file
+  dir="$(go_info "${module}" "${version}" | jq -r .Dir)"
+  rm -rf "${src}/module" && cp -r "${dir}" "${src}/module" && chmod -R u+w "${src}/module"
+  file="${src}/module/pkg/communication/http.go"
+  grep -q 'net.Listen("tcp4", fmt.Sprintf(":%d"' "${file}" ||
+    die "llm-d-inference-sim ${version}: the listen address in ${file} moved; update patch_sim_loopback"
+  sed -i 's/net.Listen("tcp4", fmt.Sprintf(":%d"/net.Listen("tcp4", fmt.Sprintf("127.0.0.1:%d"/' "${file}"
+  printf '\nreplace %s => ./module\n' "${module}" >>"${src}/go.mod"
+  log "${SIM_BIN_NAME}" "patched its listener to 127.0.0.1 (${file#"${src}/"})"
 }
 
 step_helm() {

@@ -45,6 +45,9 @@ k8s_staging_version() {
   printf 'v0.%s\n' "${1#v1.}"
 }
 
+# llm-d-inference-sim as the sandbox builds it: patched to listen on 127.0.0.1 only (build.sh).
+SIM_BIN_NAME=llm-d-inference-sim-loopback
+
 # Cached binary path for a tool at a version: $IR_CACHE/bin/<name>-<version>
 cached_bin() {
   printf '%s/%s-%s\n' "${IR_BIN}" "$1" "$2"
@@ -57,7 +60,7 @@ sandbox_binaries() {
     printf '%s %s\n' "${k}" "${KUBERNETES_VERSION}"
   done
   printf '%s %s\n' etcd "${ETCD_VERSION}" kwok "${KWOK_VERSION}" \
-    llm-d-inference-sim "${LLM_D_INFERENCE_SIM_VERSION}" helm "${HELM_VERSION}"
+    "${SIM_BIN_NAME}" "${LLM_D_INFERENCE_SIM_VERSION}" helm "${HELM_VERSION}"
 }
 
 # Is TCP PORT on 127.0.0.1 accepting connections?

@@ -68,13 +68,18 @@ def versions() -> dict[str, str]:
     return read_env_file(SANDBOX_DIR / "versions.env")
 
 
+#: llm-d-inference-sim as sandbox/build.sh builds it, patched to listen on 127.0.0.1 only
+#: (sandbox/lib.sh has the same name).
+SIM_BIN_NAME = "llm-d-inference-sim-loopback"
+
+
 def find_sim_binary() -> str:
     """The llm-d-inference-sim binary: ``$IR_SIM_BIN``, the versioned one in the cache, or PATH."""
     explicit = os.environ.get("IR_SIM_BIN")
     if explicit:
         return explicit
     version = versions().get("LLM_D_INFERENCE_SIM_VERSION", "")
-    cached = cache_dir() / "bin" / f"llm-d-inference-sim-{version}"
+    cached = cache_dir() / "bin" / f"{SIM_BIN_NAME}-{version}"
     if version and os.access(cached, os.X_OK):
         return str(cached)
     found = shutil.which("llm-d-inference-sim")

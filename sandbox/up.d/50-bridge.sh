@@ -17,7 +17,7 @@ if pid="$(sandbox_pid "${IR_PIDS}/bridge.pid")"; then
   exit 0
 fi
 
-sim="${IR_SIM_BIN:-$(cached_bin llm-d-inference-sim "${LLM_D_INFERENCE_SIM_VERSION}")}"
+sim="${IR_SIM_BIN:-$(cached_bin "${SIM_BIN_NAME}" "${LLM_D_INFERENCE_SIM_VERSION}")}"
 [[ -x "${sim}" ]] || die "llm-d-inference-sim not built: ${sim} (bash sandbox/build.sh sim)"
 
 export PYTHONPATH="${IR_SANDBOX_DIR}${PYTHONPATH:+:${PYTHONPATH}}"

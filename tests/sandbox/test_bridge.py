@@ -12,6 +12,7 @@ import pytest
 from kubernetes import client
 
 from irsandbox import testkit
+from irsandbox.bridge import listen_addresses
 from irsandbox.common import pid_cmdline, read_json
 from irsandbox.loadgen import run_load
 from irsandbox.podspec import CONDITION_LOADED, LABEL_REVISION
@@ -228,3 +229,14 @@ def test_deleting_the_pod_stops_its_simulator_and_target(kit, namespace):
     assert not target.exists()
     with pytest.raises(httpx.ConnectError):
         httpx.get(f"http://127.0.0.1:{sim['sim_port']}/health", timeout=1)
+
+
+def test_simulators_listen_on_loopback_only(kit, namespace):
+    """The sandbox builds llm-d-inference-sim with its listener patched to 127.0.0.1 (upstream
+    listens on every interface); the shim in front of it is loopback-only as well."""
+    kit.create(namespace, testkit.vllm_deployment("chat-lo", revision="lo"))
+    (key,) = kit.wait_serving(namespace, f"{LABEL_REVISION}=lo", 1)
+    ep = kit.endpoints()[key]
+    assert listen_addresses(ep["sim_port"]) == {"127.0.0.1"}, ep
+    shim = int(ep["address"].rsplit(":", 1)[1])
+    assert listen_addresses(shim) == {"127.0.0.1"}, ep
