@@ -62,9 +62,21 @@ async def _post_event(body: dict[str, Any], event: RecordEvent) -> None:
                message=event.message[:1000])
 
 
+class _QuietWakeups(logging.Filter):
+    """Drop kopf's "Handler 'wake_on_change' succeeded." (one line per watch event, hundreds per
+    release, each a no-op); its failures and every other handler's lines stay."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno > logging.INFO or not record.getMessage().startswith(
+            "Handler 'wake_on_change'")
+
+
 def configure(settings: kopf.OperatorSettings) -> None:
     # One line per API request drowns the rollout story: requests are counted in /metrics.
     logging.getLogger("httpx").setLevel(logging.WARNING)
+    objects = logging.getLogger("kopf.objects")
+    if not any(isinstance(f, _QuietWakeups) for f in objects.filters):
+        objects.addFilter(_QuietWakeups())
     settings.persistence.finalizer = FINALIZER
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
@@ -82,7 +94,7 @@ async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
                         service_proxy=Runtime.service_proxy)
     app = web.Application()
     app.router.add_get("/metrics", _metrics)
-    runner = web.AppRunner(app)
+    runner = web.AppRunner(app, access_log=None)  # a scrape every few seconds is not news
     await runner.setup()
     await web.TCPSite(runner, "0.0.0.0", Runtime.metrics_port).start()  # a pod port: all interfaces
     log.info("metrics on :%d/metrics", Runtime.metrics_port)
@@ -133,9 +145,7 @@ async def run_rollout(stopped: kopf.DaemonStopped, name: str, namespace: str | N
     try:
         while not stopped:
             wake.clear()
-            opmetrics.REGISTRY.observe("inference_rollout_reconcile_lag_seconds",
-                                       max(0.0, time.monotonic() - due))
-            delay = await _reconcile_once(deps, namespace, name)
+            delay = await _reconcile_once(deps, namespace, name, due)
             if delay is None:
                 return
             due = time.monotonic() + delay
@@ -158,7 +168,7 @@ async def _sleep_or_wake(wake: asyncio.Event, stopped: kopf.DaemonStopped,
     return bool(done)
 
 
-async def _reconcile_once(deps: Deps, namespace: str, name: str) -> float | None:
+async def _reconcile_once(deps: Deps, namespace: str, name: str, due: float) -> float | None:
     """One reconcile from a fresh read; None when the object is gone or being deleted."""
     key = _key(namespace, name)
     body = None
@@ -166,6 +176,9 @@ async def _reconcile_once(deps: Deps, namespace: str, name: str) -> float | None
         if Runtime.slots is None:
             Runtime.slots = asyncio.Semaphore(MAX_CONCURRENT_RECONCILES)
         async with Runtime.slots:  # the read too: a body read while queued would be stale
+            # Measured once a slot is ours: the wait for one is the lag a busy operator adds.
+            opmetrics.REGISTRY.observe("inference_rollout_reconcile_lag_seconds",
+                                       max(0.0, time.monotonic() - due))
             body = await deps.kube.get_or_none(rollout_path(namespace, name))
             if body is None or body["metadata"].get("deletionTimestamp"):
                 return None

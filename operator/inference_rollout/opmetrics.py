@@ -8,7 +8,7 @@ dependency: the operator exports a handful of series, and alerts read them.
 * ``inference_rollout_analysis_verdicts_total{namespace,name,metric,verdict}``
 * ``inference_rollout_rollbacks_total{namespace,name,reason}``
 * ``inference_rollout_decision_to_write_seconds`` histogram: a decision until its writes landed
-* ``inference_rollout_reconcile_lag_seconds`` histogram: how late a due reconcile started
+* ``inference_rollout_reconcile_lag_seconds`` histogram: how late a due reconcile got its slot
 * ``inference_rollout_reconcile_errors_total{kind}``
 """
 
