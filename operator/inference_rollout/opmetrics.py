@@ -7,6 +7,8 @@ dependency: the operator exports a handful of series, and alerts read them.
 * ``inference_rollout_step`` / ``inference_rollout_canary_weight`` per rollout
 * ``inference_rollout_analysis_verdicts_total{namespace,name,metric,verdict}``
 * ``inference_rollout_rollbacks_total{namespace,name,reason}``
+* ``inference_rollout_evaluation_runs_total{namespace,name,verdict}`` and
+  ``inference_rollout_evaluation_score{namespace,name,revision,role}`` (the business gate)
 * ``inference_rollout_decision_to_write_seconds`` histogram: a decision until its writes landed
 * ``inference_rollout_reconcile_lag_seconds`` histogram: how late a due reconcile got its slot
 * ``inference_rollout_reconcile_errors_total{kind}``

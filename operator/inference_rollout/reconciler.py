@@ -152,7 +152,7 @@ async def reconcile(deps: Deps, body: dict[str, Any]) -> float:
     if any(isinstance(a, SetWeights) for a in decision.actions):
         opmetrics.REGISTRY.observe("inference_rollout_decision_to_write_seconds",
                                    time.monotonic() - decided_at)
-    _export(ns, name, decision, measurements)
+    _export(ns, name, decision, measurements, evaluation is not None)
     # 0 is a real answer ("look again now": e.g. measure right after a weight change).
     return IDLE_SECONDS if decision.requeue_after is None else decision.requeue_after
 
@@ -297,13 +297,22 @@ def _keep_new_requests(old: dict[str, Any], fresh: dict[str, Any],
 
 
 def _export(ns: str, name: str, decision: Decision,
-            measurements: dict[str, Measurement] | None) -> None:
+            measurements: dict[str, Measurement] | None, evaluated: bool = False) -> None:
     reg, st = opmetrics.REGISTRY, decision.status
     reg.forget(namespace=ns, name=name)
     reg.set("inference_rollout_info", 1, namespace=ns, name=name, phase=st.phase or "Unknown")
     reg.set("inference_rollout_step", -1 if st.current_step is None else st.current_step + 1,
             namespace=ns, name=name)
     reg.set("inference_rollout_canary_weight", st.canary_weight, namespace=ns, name=name)
+    ev = st.evaluation
+    if ev is not None:
+        if evaluated:  # this reconcile ran the set (else the result is an earlier run's)
+            reg.inc("inference_rollout_evaluation_runs_total", namespace=ns, name=name,
+                    verdict=ev.verdict)
+        for role, score in (("canary", ev.canary_score), ("stable", ev.stable_score)):
+            if score is not None:
+                reg.set("inference_rollout_evaluation_score", score, namespace=ns, name=name,
+                        revision=ev.revision, role=role)
     if measurements:
         for metric, result in st.analysis.items():
             if metric in measurements and result.verdict:

@@ -59,6 +59,13 @@ def test_a_canary_that_breaks_json_is_rolled_back_before_any_traffic(
     events = rel.events()
     assert any(e.startswith("EvaluationFailed: ") and "100.0" in e for e in events), events
     assert not any(e.startswith("StepWeightSet") for e in events), events
+    # and the operator's /metrics counts the run and shows both scores
+    series = operator_process.metrics()
+    ident = f'name="evfail",namespace="{namespace}"'
+    assert f'inference_rollout_evaluation_runs_total{{{ident},verdict="Fail"}} 1' in series
+    canary_score = (f'inference_rollout_evaluation_score{{{ident},revision="{ev["revision"]}",'
+                    f'role="canary"}} {ev["canaryScore"]:g}')
+    assert canary_score in series, series
 
 
 def test_a_canary_that_keeps_its_json_is_promoted(
