@@ -59,19 +59,22 @@ async def sweep(kube: Kube, namespaces: set[str], finalizer: str, cleanup: Clean
     """One pass; returns ``namespace/name`` of every rollout whose finalizer it removed."""
     released = []
     for ns in sorted(namespaces):
-        try:
-            listed = await kube.get(ns_path(GROUP, VERSION, ns, PLURAL))
+        try:  # metadata only: a sweep of 500 healthy rollouts should not move their statuses
+            listed = await kube.list_metadata(ns_path(GROUP, VERSION, ns, PLURAL))
         except KubeError as e:
             if e.status == 404:
                 namespaces.discard(ns)  # the namespace is gone
             else:
                 log.warning("deletion watchdog: listing %s: %s", ns, e)
             continue
-        for rollout in listed.get("items", []):
-            if not stuck(rollout, finalizer, now):
+        for item in listed.get("items", []):
+            if not stuck(item, finalizer, now):
                 continue
-            name = rollout["metadata"]["name"]
+            name = item["metadata"]["name"]
             try:
+                rollout = await kube.get_or_none(ns_path(GROUP, VERSION, ns, PLURAL, name))
+                if rollout is None or not stuck(rollout, finalizer, now):
+                    continue  # gone, or released meanwhile
                 await cleanup(rollout)
                 await kube.request("PATCH", ns_path(GROUP, VERSION, ns, PLURAL, name),
                                    finalizer_removal(rollout, finalizer),
@@ -90,4 +93,7 @@ async def run(kube: Kube, namespaces: set[str], finalizer: str, cleanup: Cleanup
               clock: Callable[[], datetime]) -> None:
     while True:
         await asyncio.sleep(SWEEP_SECONDS)
-        await sweep(kube, namespaces, finalizer, cleanup, clock())
+        try:
+            await sweep(kube, namespaces, finalizer, cleanup, clock())
+        except Exception:  # the watchdog must outlive any one bad pass
+            log.exception("deletion watchdog: sweep failed (next pass retries)")

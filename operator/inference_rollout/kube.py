@@ -19,6 +19,9 @@ from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 
 FIELD_MANAGER = "inference-rollout"
+#: Accept header for a LIST answered with metadata only (server-side; JSON as the fallback).
+METADATA_LIST = ("application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1, "
+                 "application/json")
 SA_TOKEN = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
 
 
@@ -75,8 +78,11 @@ class Kube:
 
     async def request(self, method: str, path: str, body: Any = None,
                       content_type: str = "application/json",
-                      params: dict[str, str] | None = None) -> dict[str, Any]:
+                      params: dict[str, str] | None = None,
+                      accept: str | None = None) -> dict[str, Any]:
         headers = self._auth()
+        if accept:
+            headers["Accept"] = accept
         content = None
         if body is not None:
             headers["Content-Type"] = content_type
@@ -94,6 +100,11 @@ class Kube:
 
     async def get(self, path: str, params: dict[str, str] | None = None) -> dict[str, Any]:
         return await self.request("GET", path, params=params)
+
+    async def list_metadata(self, path: str) -> dict[str, Any]:
+        """A LIST of only the objects' metadata (PartialObjectMetadataList): a fraction of the
+        bytes when only names, finalizers or deletion marks matter."""
+        return await self.request("GET", path, accept=METADATA_LIST)
 
     async def get_or_none(self, path: str) -> dict[str, Any] | None:
         try:
