@@ -16,7 +16,7 @@ Prometheus), so every rollout measures, decides and writes its status once per i
 all N hold at 50 % with a Pass verdict, the steady state is measured for ``--measure`` seconds:
 
 * VmRSS of the operator process (/proc/<pid>/status) every 5 s, and its CPU time;
-* ``inference_rollout_reconcile_lag_seconds`` (how late a due reconcile started): the
+* ``inference_rollout_reconcile_lag_seconds`` (how late a due reconcile got its slot): the
   histogram's increase over the window, quantiles to the bucket bound;
 * independently, every 15 s, a LIST of all rollouts: the age of each one's latest
   ``analysis.const.measuredAt`` (≤ interval + lag when the rollout is on its interval).
