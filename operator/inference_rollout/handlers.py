@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 import time
 from typing import Any, ClassVar, cast
 
@@ -38,8 +37,6 @@ FINALIZER = f"{GROUP}/finalizer"
 ERROR_BACKOFF_SECONDS = 5.0
 MAX_CONCURRENT_RECONCILES = 16
 NAMESPACE_TERMINATING = "because it is being terminated"
-SPREAD_FROM_SECONDS = 5.0
-MAX_SPREAD_SECONDS = 1.5
 
 
 class Runtime:
@@ -151,7 +148,6 @@ async def run_rollout(stopped: kopf.DaemonStopped, name: str, namespace: str | N
             delay = await _reconcile_once(deps, namespace, name, due)
             if delay is None:
                 return
-            delay += spread(delay)
             due = time.monotonic() + delay
             if await _sleep_or_wake(wake, stopped, delay):
                 due = time.monotonic()
@@ -159,19 +155,6 @@ async def run_rollout(stopped: kopf.DaemonStopped, name: str, namespace: str | N
         Runtime.wake.pop(key, None)
         Runtime.last_error.pop(key, None)
         opmetrics.REGISTRY.forget(namespace=namespace, name=name)
-
-
-def spread(delay: float) -> float:
-    """A little random extra sleep for the long waits (5 %, at most ``MAX_SPREAD_SECONDS``).
-
-    Rollouts released together fall due together, every interval, and queue for the reconcile
-    slots (measured: 100 due in the same second kept the 500-rollout lag p99 near 3 s).  A random
-    walk of small delays drifts them apart within a few intervals; an analysis is late by at most
-    the spread, and short waits (pods becoming Ready, the measurement right after a weight change)
-    get none."""
-    if delay < SPREAD_FROM_SECONDS:
-        return 0.0
-    return random.uniform(0.0, min(MAX_SPREAD_SECONDS, 0.05 * delay))
 
 
 async def _sleep_or_wake(wake: asyncio.Event, stopped: kopf.DaemonStopped,
