@@ -186,18 +186,20 @@ def test_business_metric_per_revision_reaches_prometheus(kit, namespace):
                 json_check=True,
                 metrics=metrics,
             )
-            query = (
-                f'sum by (revision) (loadgen_business_checks_total{{namespace="{namespace}",'
-                f'result="pass"}}) / sum by (revision) (loadgen_business_checks_total'
-                f'{{namespace="{namespace}"}})'
-            )
+            # One query, so the counts and the total come from the same scrape (two queries
+            # could straddle one, pairing ratios from before the last requests with a total
+            # from after them).
+            query = (f'sum by (revision, result) (loadgen_business_checks_total'
+                     f'{{namespace="{namespace}"}})')
 
             def scraped():
-                rows = {r["metric"]["revision"]: float(r["value"][1]) for r in kit.prom(query)}
-                total = kit.prom_value(
-                    f'sum(loadgen_business_checks_total{{namespace="{namespace}"}})'
-                )
-                return rows if total == 400 else None
+                counts: dict[str, dict[str, float]] = {}
+                for r in kit.prom(query):
+                    m = r["metric"]
+                    counts.setdefault(m["revision"], {})[m["result"]] = float(r["value"][1])
+                if sum(sum(c.values()) for c in counts.values()) != 400:
+                    return None
+                return {rev: c.get("pass", 0.0) / sum(c.values()) for rev, c in counts.items()}
 
             ratios = await asyncio.to_thread(
                 testkit.wait_for, scraped, 20, "loadgen counters in Prometheus"
