@@ -67,7 +67,7 @@ async def sweep(kube: Kube, namespaces: set[str], finalizer: str, cleanup: Clean
             else:
                 log.warning("deletion watchdog: listing %s: %s", ns, e)
             continue
-        for item in listed.get("items", []):
+        for item in listed.get("items") or []:  # a metadata LIST of nothing says "items": null
             if not stuck(item, finalizer, now):
                 continue
             name = item["metadata"]["name"]

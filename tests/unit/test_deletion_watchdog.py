@@ -32,3 +32,28 @@ def test_the_removal_tests_the_entry_before_removing_it() -> None:
     patch = finalizer_removal(rollout(600, ["a", F, "b"]), F)
     assert patch == [{"op": "test", "path": "/metadata/finalizers/1", "value": F},
                      {"op": "remove", "path": "/metadata/finalizers/1"}]
+
+
+class EmptyNamespaces:
+    """What the API server answers a metadata-only LIST of an empty namespace: ``items: null``."""
+
+    def __init__(self) -> None:
+        self.listed: list[str] = []
+
+    async def list_metadata(self, path: str) -> dict:
+        self.listed.append(path)
+        return {"kind": "PartialObjectMetadataList", "items": None}
+
+
+def test_a_namespace_without_rollouts_does_not_end_the_pass() -> None:
+    import asyncio
+
+    from inference_rollout.deletion_watchdog import sweep
+
+    kube = EmptyNamespaces()
+
+    async def cleanup(_: dict) -> None:
+        raise AssertionError("nothing to clean up")
+
+    released = asyncio.run(sweep(kube, {"a", "b"}, F, cleanup, NOW))  # type: ignore[arg-type]
+    assert released == [] and len(kube.listed) == 2  # both namespaces swept
