@@ -26,6 +26,7 @@ from typing import Any
 
 from .api import GROUP, PLURAL, VERSION
 from .kube import Kube, KubeError, ns_path
+from .reconciler import rollout_path
 
 log = logging.getLogger("inference_rollout")
 
@@ -71,13 +72,13 @@ async def sweep(kube: Kube, namespaces: set[str], finalizer: str, cleanup: Clean
             if not stuck(item, finalizer, now):
                 continue
             name = item["metadata"]["name"]
+            path = rollout_path(ns, name)
             try:
-                rollout = await kube.get_or_none(ns_path(GROUP, VERSION, ns, PLURAL, name))
+                rollout = await kube.get_or_none(path)
                 if rollout is None or not stuck(rollout, finalizer, now):
                     continue  # gone, or released meanwhile
                 await cleanup(rollout)
-                await kube.request("PATCH", ns_path(GROUP, VERSION, ns, PLURAL, name),
-                                   finalizer_removal(rollout, finalizer),
+                await kube.request("PATCH", path, finalizer_removal(rollout, finalizer),
                                    "application/json-patch+json")
             except Exception as e:  # one rollout's failure must not stop the others
                 log.warning("deletion watchdog: %s/%s: %s (next pass retries)", ns, name, e)

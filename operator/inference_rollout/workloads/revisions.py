@@ -42,6 +42,15 @@ def owner_reference(rollout: str, uid: str) -> dict[str, Any]:
             "controller": True, "blockOwnerDeletion": True}
 
 
+def revision_metadata(namespace: str, rollout: str, uid: str, revision: str) -> dict[str, Any]:
+    """Name, labels and owner of every object of a revision (Deployment, Service, pool)."""
+    return {
+        "name": revision_name(rollout, revision), "namespace": namespace,
+        "labels": {**revision_labels(rollout, revision), LABEL_MANAGED_BY: MANAGED_BY},
+        "ownerReferences": [owner_reference(rollout, uid)],
+    }
+
+
 def deployment_body(namespace: str, rollout: str, uid: str, revision: str,
                     template: PodTemplate, replicas: int) -> dict[str, Any]:
     labels = revision_labels(rollout, revision)
@@ -49,11 +58,7 @@ def deployment_body(namespace: str, rollout: str, uid: str, revision: str,
     pod_meta["labels"] = {**pod_meta.get("labels", {}), **labels}
     return {
         "apiVersion": "apps/v1", "kind": "Deployment",
-        "metadata": {
-            "name": revision_name(rollout, revision), "namespace": namespace,
-            "labels": {**labels, LABEL_MANAGED_BY: MANAGED_BY},
-            "ownerReferences": [owner_reference(rollout, uid)],
-        },
+        "metadata": revision_metadata(namespace, rollout, uid, revision),
         "spec": {
             "replicas": replicas,
             "selector": {"matchLabels": labels},
@@ -69,11 +74,7 @@ def service_body(namespace: str, rollout: str, uid: str, revision: str,
     labels = revision_labels(rollout, revision)
     return {
         "apiVersion": "v1", "kind": "Service",
-        "metadata": {
-            "name": revision_name(rollout, revision), "namespace": namespace,
-            "labels": {**labels, LABEL_MANAGED_BY: MANAGED_BY},
-            "ownerReferences": [owner_reference(rollout, uid)],
-        },
+        "metadata": revision_metadata(namespace, rollout, uid, revision),
         "spec": {"selector": labels,
                  "ports": [{"name": "http", "port": port, "targetPort": port}]},
     }
@@ -90,13 +91,22 @@ def pool_body(namespace: str, rollout: str, uid: str, revision: str, port: int,
         spec["endpointPickerRef"] = traffic.endpoint_picker_ref.for_pool(name)
     return {
         "apiVersion": f"{POOL_GROUP}/{POOL_VERSION}", "kind": "InferencePool",
-        "metadata": {
-            "name": name, "namespace": namespace,
-            "labels": {**labels, LABEL_MANAGED_BY: MANAGED_BY},
-            "ownerReferences": [owner_reference(rollout, uid)],
-        },
+        "metadata": revision_metadata(namespace, rollout, uid, revision),
         "spec": spec,
     }
+
+
+#: (group, version, plural) of each kind of object a revision has.
+RESOURCES: dict[str, tuple[str, str, str]] = {
+    "Deployment": ("apps", "v1", "deployments"),
+    "Service": ("", "v1", "services"),
+    "InferencePool": (POOL_GROUP, POOL_VERSION, POOL_PLURAL),
+}
+
+#: Why creating an InferencePool can answer 404, and what to do.
+NO_POOL_CRD = (f"the InferencePool CRD ({POOL_GROUP}/{POOL_VERSION}) is not installed; install the "
+               "Gateway API Inference Extension CRDs, or set "
+               "spec.traffic.gatewayAPI.backendKind: Service")
 
 
 class Revisions:
@@ -111,22 +121,16 @@ class Revisions:
         #: Pod templates of the revisions seen by :meth:`observe` (the stable's args feed lints).
         self.templates: dict[str, dict[str, Any]] = {}
 
-    def _deploy_path(self, revision: str = "") -> str:
+    def _path(self, kind: str, revision: str = "") -> str:
+        """The collection of ``kind`` in the namespace, or the revision's object in it."""
+        group, version, plural = RESOURCES[kind]
         name = revision_name(self.rollout, revision) if revision else ""
-        return ns_path("apps", "v1", self.namespace, "deployments", name)
-
-    def _svc_path(self, revision: str = "") -> str:
-        name = revision_name(self.rollout, revision) if revision else ""
-        return ns_path("", "v1", self.namespace, "services", name)
-
-    def _pool_path(self, revision: str = "") -> str:
-        name = revision_name(self.rollout, revision) if revision else ""
-        return ns_path(POOL_GROUP, POOL_VERSION, self.namespace, POOL_PLURAL, name)
+        return ns_path(group, version, self.namespace, plural, name)
 
     async def observe(self) -> dict[str, RevisionState]:
         """Each revision's desired/ready/available pods, and pods no node can take."""
         selector = {"labelSelector": f"{LABEL_ROLLOUT}={self.rollout}"}
-        deployments = await self.kube.get(self._deploy_path(), params=selector)
+        deployments = await self.kube.get(self._path("Deployment"), params=selector)
         pods = await self.kube.get(ns_path("", "v1", self.namespace, "pods"), params={
             **selector, "fieldSelector": "status.phase=Pending"})
         stuck: dict[str, int] = {}
@@ -156,7 +160,7 @@ class Revisions:
         """Scale the revision's Deployment, creating it (and its Service) if missing.  A missing
         revision can only be created from the spec's template, i.e. when it is the spec's one."""
         try:
-            await self.kube.merge_patch(self._deploy_path(revision),
+            await self.kube.merge_patch(self._path("Deployment", revision),
                                         {"spec": {"replicas": replicas}})
         except KubeError as e:
             if e.status != 404:
@@ -166,47 +170,33 @@ class Revisions:
                     f"Deployment {self._name(revision)} is gone and its template is no longer in "
                     "the spec; recreate it by re-applying that template, or change the template "
                     "to start a new release") from e
-            await self._create(revision, replicas, template)
+            await self._create_once("Deployment", revision, deployment_body(
+                self.namespace, self.rollout, self.uid, revision, template, replicas))
         if replicas > 0 and template is not None and revision == template_revision:
-            await self._ensure_service(revision, template.serving_port())
-            if self.pools is not None:
-                await self._ensure_pool(revision, template.serving_port(), self.pools)
+            port = template.serving_port()
+            await self._ensure_exists("Service", revision, service_body(
+                self.namespace, self.rollout, self.uid, revision, port))
+            if self.pools is not None:  # created before the first weight: the route names it
+                await self._ensure_exists("InferencePool", revision, pool_body(
+                    self.namespace, self.rollout, self.uid, revision, port, self.pools),
+                    if_no_api=NO_POOL_CRD)
 
-    async def _create(self, revision: str, replicas: int, template: PodTemplate) -> None:
-        body = deployment_body(self.namespace, self.rollout, self.uid, revision, template, replicas)
-        try:
-            await self.kube.create(self._deploy_path(), body)
-        except KubeError as e:
-            if e.status != 409:
-                raise RevisionError(f"creating Deployment {self._name(revision)}: {e}") from e
+    async def _ensure_exists(self, kind: str, revision: str, body: dict[str, Any],
+                             if_no_api: str = "") -> None:
+        if await self.kube.get_or_none(self._path(kind, revision)) is None:
+            await self._create_once(kind, revision, body, if_no_api)
 
-    async def _ensure_service(self, revision: str, port: int) -> None:
-        if await self.kube.get_or_none(self._svc_path(revision)) is not None:
-            return
-        body = service_body(self.namespace, self.rollout, self.uid, revision, port)
+    async def _create_once(self, kind: str, revision: str, body: dict[str, Any],
+                           if_no_api: str = "") -> None:
+        """Create the revision's ``kind``; one created meanwhile (409) is the same object.
+        ``if_no_api`` explains a 404 (the kind's API is not served)."""
         try:
-            await self.kube.create(self._svc_path(), body)
-        except KubeError as e:
-            if e.status != 409:
-                raise RevisionError(f"creating Service {self._name(revision)}: {e}") from e
-
-    async def _ensure_pool(self, revision: str, port: int, traffic: GatewayAPITraffic) -> None:
-        """Created before the revision's first weight, like its Service (the route names it)."""
-        what = f"InferencePool {self._name(revision)}"
-        try:
-            if await self.kube.get_or_none(self._pool_path(revision)) is not None:
-                return
-            await self.kube.create(self._pool_path(), pool_body(
-                self.namespace, self.rollout, self.uid, revision, port, traffic))
+            await self.kube.create(self._path(kind), body)
         except KubeError as e:
             if e.status == 409:
                 return
-            if e.status == 404:
-                raise RevisionError(
-                    f"creating {what}: the InferencePool CRD ({POOL_GROUP}/{POOL_VERSION}) is "
-                    "not installed; install the Gateway API Inference Extension CRDs, or set "
-                    "spec.traffic.gatewayAPI.backendKind: Service") from e
-            raise RevisionError(f"creating {what}: {e}") from e
+            why = if_no_api if e.status == 404 and if_no_api else str(e)
+            raise RevisionError(f"creating {kind} {self._name(revision)}: {why}") from e
 
     def serving_args(self, revision: str | None) -> tuple[str, ...] | None:
         """The vLLM args of an observed revision (None if it was not seen)."""
@@ -219,10 +209,9 @@ class Revisions:
             return None
 
     async def delete(self, revision: str) -> None:
-        await self.kube.delete(self._deploy_path(revision))
-        await self.kube.delete(self._svc_path(revision))
-        if self.pools is not None:
-            await self.kube.delete(self._pool_path(revision))
+        kinds = ["Deployment", "Service"] + (["InferencePool"] if self.pools is not None else [])
+        for kind in kinds:
+            await self.kube.delete(self._path(kind, revision))
 
     def _name(self, revision: str) -> str:
         return f"{self.namespace}/{revision_name(self.rollout, revision)}"
