@@ -25,8 +25,7 @@ from datetime import datetime
 from typing import Any
 
 from .api import GROUP, PLURAL, VERSION
-from .kube import Kube, KubeError, ns_path
-from .reconciler import rollout_path
+from .kube import Kube, KubeError, ns_path, rollout_path
 
 log = logging.getLogger("inference_rollout")
 

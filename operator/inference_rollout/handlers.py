@@ -23,20 +23,17 @@ import kopf
 from aiohttp import web
 
 from . import deletion_watchdog, opmetrics
-from .api import GROUP, LABEL_REVISION, PLURAL, VERSION
-from .api.spec import InferenceRolloutSpec
-from .api.status import InferenceRolloutStatus
+from .api import GROUP, PLURAL, VERSION
 from .core.types import RecordEvent
-from .kube import Kube, KubeError, load_configuration
-from .reconciler import Deps, reconcile, rollout_path
-from .traffic.router import RouteError
-from .workloads.revisions import RevisionError
+from .kube import Kube, load_configuration, rollout_path
+from .reconciler import EXPECTED_ERRORS, Deps, fail_safe, reconcile, release_before_deletion
 
 log = logging.getLogger("inference_rollout")
 FINALIZER = f"{GROUP}/finalizer"
 ERROR_BACKOFF_SECONDS = 5.0
+#: After an unexpected exception: 5 s, doubled per failure in a row, at most this long.
+MAX_FAILURE_BACKOFF_SECONDS = 300.0
 MAX_CONCURRENT_RECONCILES = 16
-NAMESPACE_TERMINATING = "because it is being terminated"
 
 
 class Runtime:
@@ -45,6 +42,8 @@ class Runtime:
     deps: Deps | None = None
     wake: ClassVar[dict[tuple[str, str], asyncio.Event]] = {}
     last_error: ClassVar[dict[tuple[str, str], str]] = {}
+    #: Unexpected failures in a row per rollout (their backoff doubles).
+    failures: ClassVar[dict[tuple[str, str], int]] = {}
     #: Reconciles in flight at once: hundreds of daemons share one connection pool, and a queue
     #: here keeps each reconcile's requests together instead of interleaving them all.
     slots: ClassVar[asyncio.Semaphore | None] = None
@@ -104,6 +103,11 @@ async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
             _release_before_deletion, Runtime.deps.now))
 
 
+async def _release_before_deletion(body: dict[str, Any]) -> None:
+    assert Runtime.deps is not None
+    await release_before_deletion(Runtime.deps, body)
+
+
 @kopf.on.cleanup()
 async def cleanup(**_: Any) -> None:
     if Runtime.watchdog is not None:
@@ -154,6 +158,7 @@ async def run_rollout(stopped: kopf.DaemonStopped, name: str, namespace: str | N
     finally:
         Runtime.wake.pop(key, None)
         Runtime.last_error.pop(key, None)
+        Runtime.failures.pop(key, None)
         opmetrics.REGISTRY.forget(namespace=namespace, name=name)
 
 
@@ -184,60 +189,45 @@ async def _reconcile_once(deps: Deps, namespace: str, name: str, due: float) -> 
                 return None
             delay = await reconcile(deps, body)
         Runtime.last_error.pop(key, None)
+        Runtime.failures.pop(key, None)
         return delay
-    except (RouteError, RevisionError, KubeError) as e:
+    except EXPECTED_ERRORS as e:
         opmetrics.REGISTRY.inc("inference_rollout_reconcile_errors_total", kind=type(e).__name__)
         log.warning("%s/%s: %s", namespace, name, e)
-        # One Warning Event per distinct problem, so `kubectl describe` shows why nothing moves
-        # (a missing route, a refused write) without an Event every retry.
-        if body is not None and Runtime.last_error.get(key) != str(e):
-            Runtime.last_error[key] = str(e)
-            await _post_event(body, RecordEvent("Warning", type(e).__name__, str(e)))
+        await _warn_once(key, body, type(e).__name__, str(e))
         return ERROR_BACKOFF_SECONDS
+    except Exception as e:  # never a silent kopf retry loop
+        # A bug, or input nothing else caught: the release must not go on unwatched.
+        opmetrics.REGISTRY.inc("inference_rollout_reconcile_errors_total", kind=type(e).__name__)
+        log.exception("%s/%s: reconcile failed", namespace, name)
+        failures = Runtime.failures[key] = Runtime.failures.get(key, 0) + 1
+        if body is not None:
+            await fail_safe(deps, body, e)
+            await _warn_once(key, body, "ReconcileFailed", f"{type(e).__name__}: {e}")
+        return min(MAX_FAILURE_BACKOFF_SECONDS, ERROR_BACKOFF_SECONDS * 2.0 ** (failures - 1))
+
+
+async def _warn_once(key: tuple[str, str], body: dict[str, Any] | None, reason: str,
+                     message: str) -> None:
+    """One Warning Event per distinct problem, so `kubectl describe` shows why nothing moves
+    (a missing route, a refused write) without an Event every retry."""
+    if body is not None and Runtime.last_error.get(key) != message:
+        Runtime.last_error[key] = message
+        await _post_event(body, RecordEvent("Warning", reason, message))
 
 
 @kopf.on.delete(GROUP, VERSION, PLURAL)
-async def on_delete(body: kopf.Body, name: str, namespace: str | None, **_: Any) -> None:
+async def on_delete(body: kopf.Body, **_: Any) -> None:
     """Return all traffic to stable before the rollout (and, by garbage collection, its
-    revisions) goes.  Retried by kopf until it succeeds."""
-    try:
-        await _release_before_deletion(dict(body))
-    except (RouteError, KubeError, RevisionError) as e:
-        raise kopf.TemporaryError(f"returning traffic to stable: {e}", delay=2) from e
-
-
-async def _release_before_deletion(raw: dict[str, Any]) -> None:
-    """The delete handler's work (also the deletion watchdog's): raises when it must be retried."""
+    revisions) goes.  Retried by kopf until it succeeds; an unexpected failure falls back to
+    moving the traffic alone, and lets the rollout go once that is done."""
     deps = Runtime.deps
     assert deps is not None
-    namespace, name = raw["metadata"]["namespace"], raw["metadata"]["name"]
     try:
-        await reconcile(deps, raw)
-    except (RouteError, KubeError, RevisionError) as e:
-        if NAMESPACE_TERMINATING in str(e):
-            # The whole namespace is going: its route and backends go with it, and the API
-            # server refuses every write there.  Holding the finalizer would only block it.
-            log.info("%s/%s: namespace terminating; nothing left to protect", namespace, name)
-            return
-        raise
-    spec = InferenceRolloutSpec.parse(raw["spec"])
-    status = InferenceRolloutStatus.parse(raw.get("status"))
-    if spec.traffic.gateway_api.http_route_ref is not None and status.stable_revision:
-        await _orphan_revision(deps.kube, namespace, name, status.stable_revision)
-
-
-async def _orphan_revision(kube: Kube, namespace: str, rollout: str, revision: str) -> None:
-    """Drop the owner reference of the stable's Deployment and Service: the user's route still
-    points at them, so garbage collection must not take them."""
-    from .core.revision import revision_name
-    from .kube import ns_path
-
-    obj = revision_name(rollout, revision)
-    for path in (ns_path("apps", "v1", namespace, "deployments", obj),
-                 ns_path("", "v1", namespace, "services", obj)):
-        try:
-            await kube.merge_patch(path, {"metadata": {"ownerReferences": None,
-                                                       "labels": {LABEL_REVISION: revision}}})
-        except KubeError as e:
-            if e.status != 404:
-                raise kopf.TemporaryError(f"orphaning {path}: {e}", delay=2) from e
+        await release_before_deletion(deps, dict(body))
+    except EXPECTED_ERRORS as e:
+        raise kopf.TemporaryError(f"returning traffic to stable: {e}", delay=2) from e
+    except Exception as e:  # a finalizer must not hold on a bug
+        log.exception("returning traffic to stable before deletion failed")
+        if not await fail_safe(deps, dict(body), e):
+            raise kopf.TemporaryError(f"returning traffic to stable: {e}", delay=5) from e

@@ -18,6 +18,8 @@ import httpx
 from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 
+from .api import GROUP, PLURAL, VERSION
+
 FIELD_MANAGER = "inference-rollout"
 #: Accept header for a LIST answered with metadata only (server-side; JSON as the fallback).
 METADATA_LIST = ("application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1, "
@@ -142,3 +144,8 @@ def ns_path(group: str, version: str, namespace: str, plural: str, name: str = "
     base = f"/api/{version}" if not group else f"/apis/{group}/{version}"
     path = f"{base}/namespaces/{namespace}/{plural}"
     return f"{path}/{name}" if name else path
+
+
+def rollout_path(namespace: str, name: str) -> str:
+    """The path of one InferenceRollout (the operator, the CLI and the watchdog all use it)."""
+    return ns_path(GROUP, VERSION, namespace, PLURAL, name)

@@ -23,9 +23,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from . import opmetrics
-from .api import GROUP, PLURAL, VERSION
 from .api.duration import parse_duration
-from .api.spec import InferenceRolloutSpec, PodTemplate
+from .api.spec import InferenceRolloutSpec, PodTemplate, TrafficSpec
 from .api.status import InferenceRolloutStatus
 from .budget.lint import lint_manifest
 from .core import validation
@@ -42,22 +41,29 @@ from .core.types import (
     Measurement,
     MeasurementError,
     Observation,
+    OrphanRevision,
     RecordEvent,
+    RevisionState,
     SetWeights,
 )
 from .evaluation.cases import CasesError, parse_cases
 from .evaluation.runner import run_evaluation, served_model, service_url
-from .kube import Kube, KubeError, ns_path
+from .kube import Kube, KubeError, ns_path, rollout_path
 from .metrics.analysis import measure
 from .metrics.source import MetricSource, PrometheusSource
 from .traffic.gateway import HTTPRouteRouter
-from .traffic.router import RouteError
+from .traffic.router import RouteError, RouteMissing
 from .workloads.revisions import RevisionError, Revisions
 
 log = logging.getLogger("inference_rollout")
 
 EventSink = Callable[[dict[str, Any], RecordEvent], Awaitable[None]]
-SecretReader = Callable[[str, str, str], Awaitable[str]]
+
+#: The errors a reconcile expects (the API server or the route refused something): retried soon.
+#: Anything else is a bug or input nothing else caught: see :func:`fail_safe`.
+EXPECTED_ERRORS = (RouteError, RevisionError, KubeError)
+#: The API server's words when a namespace is being deleted: every write there is refused.
+NAMESPACE_TERMINATING = "because it is being terminated"
 
 
 @dataclass
@@ -100,10 +106,6 @@ class Deps:
         return self.sources[key]
 
 
-def rollout_path(namespace: str, name: str) -> str:
-    return ns_path(GROUP, VERSION, namespace, PLURAL, name)
-
-
 async def reconcile(deps: Deps, body: dict[str, Any]) -> float:
     """Reconcile one rollout once; return seconds until it should be looked at again."""
     meta = body["metadata"]
@@ -116,23 +118,23 @@ async def reconcile(deps: Deps, body: dict[str, Any]) -> float:
     except ValidationError as e:
         problems = validation.describe_validation_error(e)
         new = validation.unparseable_status(status, problems, generation, deps.now())
+        await _traffic_to_stable(deps, body, status, deleting)
         await write_status(deps, body, status, new)
         return IDLE_SECONDS
     revisions = Revisions(deps.kube, ns, name, uid, spec.traffic.gateway_api)
-    router = HTTPRouteRouter(deps.kube, ns, name, uid, spec.traffic.gateway_api,
-                             spec.template.serving_port())
     now = deps.now()
     world_revisions = await revisions.observe()
+    router = _router(deps, body, spec.traffic, spec.template.serving_port(), world_revisions)
     invalid = validation.problems(spec, name) + deps.lint_errors(
         body, revisions.serving_args(status.stable_revision))
-    route = await router.get_weights()
+    route = await _route(router, deleting)
     measurements = None
     if analysis_due(spec, status, now) and not deleting:
         measurements = await _measure(deps, spec, status, ns, name)
         now = deps.now()
     evaluation = None
     if not deleting and evaluation_due(spec, status, now, world_revisions):
-        evaluation = await _evaluate(deps, spec, status, ns, name, revisions)
+        evaluation = await _evaluate(deps, spec, status, ns, name, world_revisions)
         now = deps.now()
     world = Observation(
         generation=generation,
@@ -146,15 +148,100 @@ async def reconcile(deps: Deps, body: dict[str, Any]) -> float:
     )
     decision = decide(spec, status, world, now)
     decided_at = time.monotonic()
+    if decision.rolled_back:
+        # A rollback is recorded before traffic moves: if the process dies in between, the
+        # next reconcile reads `aborted` and finishes moving it; it can never decide anew from
+        # the old status (with a new Prometheus answer) and send traffic back to the canary.
+        await write_status(deps, body, status, decision.status)
     await apply_actions(deps, body, decision, revisions, router, spec.template,
                         world.template_hash)
-    await write_status(deps, body, status, decision.status)
+    if not decision.rolled_back:
+        await write_status(deps, body, status, decision.status)
     if any(isinstance(a, SetWeights) for a in decision.actions):
         opmetrics.REGISTRY.observe("inference_rollout_decision_to_write_seconds",
                                    time.monotonic() - decided_at)
     _export(ns, name, decision, measurements, evaluation is not None)
     # 0 is a real answer ("look again now": e.g. measure right after a weight change).
     return IDLE_SECONDS if decision.requeue_after is None else decision.requeue_after
+
+
+def _router(deps: Deps, body: dict[str, Any], traffic: TrafficSpec, port: int,
+            revisions: dict[str, RevisionState]) -> HTTPRouteRouter:
+    meta = body["metadata"]
+    ports = {rev: s.port for rev, s in revisions.items() if s.port is not None}
+    return HTTPRouteRouter(deps.kube, meta["namespace"], meta["name"], meta["uid"],
+                           traffic.gateway_api, port, ports)
+
+
+async def _route(router: HTTPRouteRouter, deleting: bool) -> dict[str, int] | None:
+    """The route's weights; while deleting, a user's route that is already gone reads as no
+    route (nothing to return to stable), never as an error that holds the finalizer."""
+    try:
+        return await router.get_weights()
+    except RouteMissing:
+        if deleting:
+            return None
+        raise
+
+
+async def _traffic_to_stable(deps: Deps, body: dict[str, Any], status: InferenceRolloutStatus,
+                             deleting: bool) -> None:
+    """Move all traffic to stable when the spec cannot be trusted (it no longer parses, or a
+    reconcile failed unexpectedly).  Only the traffic section of the spec is read; without it
+    the route cannot be found and is left alone (logged)."""
+    if status.stable_revision is None:
+        return
+    meta = body["metadata"]
+    try:
+        traffic = TrafficSpec.model_validate((body.get("spec") or {}).get("traffic"))
+    except ValidationError as e:
+        log.warning("%s/%s: spec.traffic does not parse, the route is left as it is: %s",
+                    meta["namespace"], meta["name"], e)
+        return
+    revisions = Revisions(deps.kube, meta["namespace"], meta["name"], meta["uid"],
+                          traffic.gateway_api)
+    observed = await revisions.observe()
+    stable_port = observed.get(status.stable_revision, RevisionState(0, 0, 0)).port
+    router = _router(deps, body, traffic, stable_port or 80, observed)
+    write = validation.traffic_to_stable(status, await _route(router, deleting=True), deleting)
+    if write is not None:
+        await router.set_weights(write.stable_revision, write.canary_revision,
+                                 write.canary_weight)
+
+
+async def fail_safe(deps: Deps, body: dict[str, Any], error: BaseException) -> bool:
+    """After an unexpected exception in a reconcile: record ``ReconcileFailed`` and roll a
+    release in flight back (status first, then the route), so a canary the operator cannot
+    watch keeps no traffic and ``abort`` is never needed to get there.  True when traffic is
+    on stable afterwards (or was never elsewhere)."""
+    meta = body["metadata"]
+    what = f"{type(error).__name__}: {error}"[:300]
+    try:
+        status = InferenceRolloutStatus.parse(body.get("status"))
+        new = validation.failed_status(status, what, int(meta.get("generation", 0)), deps.now())
+        await write_status(deps, body, status, new)
+        await _traffic_to_stable(deps, body, status, bool(meta.get("deletionTimestamp")))
+    except Exception as e:  # the fallback must never raise
+        log.error("%s/%s: could not return traffic to stable after %s: %s", meta.get("namespace"),
+                  meta.get("name"), what, e)
+        return False
+    return True
+
+
+async def release_before_deletion(deps: Deps, body: dict[str, Any]) -> None:
+    """The delete handler's work (also the deletion watchdog's): all traffic to stable, and with
+    a user-owned route the stable's objects orphaned.  Raises when it must be retried."""
+    meta = body["metadata"]
+    try:
+        await reconcile(deps, body)
+    except EXPECTED_ERRORS as e:
+        if NAMESPACE_TERMINATING in str(e):
+            # The whole namespace is going: its route and backends go with it, and the API
+            # server refuses every write there.  Holding the finalizer would only block it.
+            log.info("%s/%s: namespace terminating; nothing left to protect", meta["namespace"],
+                     meta["name"])
+            return
+        raise
 
 
 async def _measure(deps: Deps, spec: InferenceRolloutSpec, status: InferenceRolloutStatus,
@@ -173,7 +260,8 @@ async def _measure(deps: Deps, spec: InferenceRolloutSpec, status: InferenceRoll
 
 
 async def _evaluate(deps: Deps, spec: InferenceRolloutSpec, status: InferenceRolloutStatus,
-                    ns: str, name: str, revisions: Revisions) -> EvaluationOutcome:
+                    ns: str, name: str,
+                    world_revisions: dict[str, RevisionState]) -> EvaluationOutcome:
     """Run the business evaluation set against canary and stable; any problem is an error
     outcome (retried by the gate, never a pass)."""
     ev, canary, stable = spec.evaluation, status.canary_revision, status.stable_revision
@@ -189,8 +277,8 @@ async def _evaluate(deps: Deps, spec: InferenceRolloutSpec, status: InferenceRol
     try:
         cases = parse_cases(text, ev.sample_size)
         model = served_model(spec.template)
-        stable_tmpl = revisions.templates.get(stable)
-        stable_port = (PodTemplate.model_validate(stable_tmpl).serving_port() if stable_tmpl
+        stable_state = world_revisions.get(stable)
+        stable_port = (stable_state.port if stable_state and stable_state.port
                        else spec.template.serving_port())
         canary_port = spec.template.serving_port()
     except CasesError as e:
@@ -222,6 +310,8 @@ async def apply_actions(deps: Deps, body: dict[str, Any], decision: Decision,
             await revisions.ensure(action.revision, action.replicas, template, template_revision)
         elif isinstance(action, DeleteRevision):
             await revisions.delete(action.revision)
+        elif isinstance(action, OrphanRevision):
+            await revisions.orphan(action.revision)
         elif isinstance(action, RecordEvent):
             await deps.post_event(body, action)
 
@@ -318,10 +408,9 @@ def _export(ns: str, name: str, decision: Decision,
             if metric in measurements and result.verdict:
                 reg.inc("inference_rollout_analysis_verdicts_total", namespace=ns, name=name,
                         metric=metric, verdict=result.verdict)
-    for a in decision.actions:
-        if isinstance(a, RecordEvent) and a.type == "Warning" and st.aborted \
-                and a.reason == st.abort_reason:
-            reg.inc("inference_rollout_rollbacks_total", namespace=ns, name=name, reason=a.reason)
+    if decision.rolled_back:
+        reg.inc("inference_rollout_rollbacks_total", namespace=ns, name=name,
+                reason=decision.rolled_back)
 
 
-__all__ = ["Deps", "RevisionError", "RouteError", "reconcile"]
+__all__ = ["EXPECTED_ERRORS", "Deps", "fail_safe", "reconcile", "release_before_deletion"]

@@ -45,7 +45,7 @@ def status(**kw: Any) -> InferenceRolloutStatus:
         (status(canary_revision="b", current_step=0), world(), "Progressing"),
         (status(canary_revision="b", paused_reason=r.PAUSE_REQUESTED), world(), "Paused"),
         (status(canary_revision="b", paused_reason=r.MANUAL_STEP), world(), "Paused"),
-        (status(canary_revision="b", paused_reason=r.ERROR_LIMIT_PAUSE), world(), "Paused"),
+        (status(canary_revision="b", paused_reason=r.ERROR_LIMIT), world(), "Paused"),
         (status(canary_revision="b", aborted=True), world(), "Degraded"),
         (status(), world(invalid=("bad",)), "Degraded"),
         # an abort outranks a pause, an invalid release outranks everything

@@ -21,6 +21,7 @@ from inference_rollout.core.types import (
     Decision,
     DeleteRevision,
     EnsureRevision,
+    OrphanRevision,
     RecordEvent,
     SetWeights,
 )
@@ -394,9 +395,9 @@ def test_error_limit_pause_blocks_promotion_until_resume_clears_it() -> None:
     sim.verdicts = "error"
     sim.run_until(lambda s: s.status.paused_reason is not None, limit=60)
     st = sim.status
-    assert st.paused_reason == r.ERROR_LIMIT_PAUSE and st.phase == "Paused"
+    assert st.paused_reason == r.ERROR_LIMIT and st.phase == "Paused"
     assert st.analysis["errors"].consecutive_errors == 3
-    assert r.ERROR_LIMIT_PAUSE in events(sim.last)
+    assert r.ERROR_LIMIT in events(sim.last)
     assert st.message.startswith("paused (AnalysisErrorLimit); step 1/2: 5% for ")
     paused = next(c for c in st.conditions if c.type == "Paused")
     assert paused.status == "True" and paused.message.startswith(
@@ -405,8 +406,8 @@ def test_error_limit_pause_blocks_promotion_until_resume_clears_it() -> None:
     sim.verdicts = "pass"
     sim.run(300)
     assert (sim.status.current_step, sim.status.canary_weight) == (0, 5)
-    assert sim.status.paused_reason == r.ERROR_LIMIT_PAUSE
-    assert sum(r.ERROR_LIMIT_PAUSE in events(d) for d in sim.decisions) == 1
+    assert sim.status.paused_reason == r.ERROR_LIMIT
+    assert sum(r.ERROR_LIMIT in events(d) for d in sim.decisions) == 1
     d = sim.reconcile(resume=True)
     assert sim.status.paused_reason is None and not sim.status.requests.resume
     assert sim.status.analysis["errors"].consecutive_errors == 0
@@ -428,7 +429,7 @@ def test_resume_clears_the_error_count_so_the_limit_counts_afresh() -> None:
     assert sim.status.analysis["errors"].consecutive_errors == 1
     sim.advance(10)
     sim.reconcile()
-    assert sim.status.paused_reason == r.ERROR_LIMIT_PAUSE
+    assert sim.status.paused_reason == r.ERROR_LIMIT
 
 
 def test_error_limit_abort_rolls_back() -> None:
@@ -438,7 +439,7 @@ def test_error_limit_abort_rolls_back() -> None:
     sim.verdicts = "error"
     sim.run_until(lambda s: s.status.aborted, limit=60)
     st = sim.status
-    assert st.abort_reason == r.ERROR_LIMIT_ABORT and st.canary_weight == 0
+    assert st.abort_reason == r.ERROR_LIMIT and st.canary_weight == 0
     assert st.message == ("rolled back: errors n/a (Error: ≤ 0.01) failed to measure 2 times in "
                           "a row")
     assert sim.world.route == {old: 100, new: 0}
@@ -739,11 +740,29 @@ def test_deletion_returns_traffic_to_stable() -> None:
     assert sim.world.route is not None
     assert sim.world.route[old] == 100 and sim.world.route.get(new, 0) == 0
     d = sim.reconcile(deleting=True)
-    assert d.actions == ()  # idempotent: the finalizer can be retried
+    # Idempotent, so the finalizer can be retried: only the stable's orphaning (the user's route
+    # keeps pointing at it; a merge patch that changes nothing the second time) is repeated.
+    assert d.actions == (OrphanRevision(old),)
 
 
 def test_deletion_at_stable_keeps_the_route() -> None:
     sim = started()
+    d = sim.reconcile(deleting=True)
+    assert d.actions == (OrphanRevision(sim.stable or ""),)
+
+
+def test_deletion_with_an_owned_route_orphans_nothing() -> None:
+    sim = started(manifest_spec(traffic={"gatewayAPI": {"parentRefs": [{"name": "gw"}]}}))
+    d = sim.reconcile(deleting=True)
+    assert d.actions == ()
+
+
+def test_deletion_after_the_route_is_gone_writes_nothing() -> None:
+    """A GitOps prune that removed the user's route first: nothing carries traffic, so the
+    finalizer must not wait for a route write (issue 9, item 6)."""
+    sim, _old, _new = in_release(strategy=steps((50, "1h"), 100))
+    sim.run_until(at_step(0, 50))
+    sim.world.route = None
     d = sim.reconcile(deleting=True)
     assert d.actions == ()
 

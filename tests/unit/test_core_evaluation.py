@@ -170,7 +170,7 @@ def test_the_error_limit_pauses_by_default_and_resume_runs_it_again() -> None:
     sim, _old, _new = in_release(scores="ConfigMap cases: not found")
     sim.run(60)
     assert len(sim.runs) == 4  # consecutiveErrorLimit 4, then paused
-    assert sim.status.paused_reason == r.EVALUATION_ERROR_LIMIT_PAUSE
+    assert sim.status.paused_reason == r.EVALUATION_ERROR_LIMIT
     assert sim.status.phase == "Paused" and sim.status.canary_weight == 0
     sim.scores = (50.0, 50.0)
     sim.reconcile(resume=True)
@@ -183,7 +183,7 @@ def test_the_error_limit_rolls_back_with_on_error_limit_abort() -> None:
                 "consecutiveErrorLimit": 2}
     sim, _old, _new = in_release(scores="boom", spec={"analysis": analysis})
     sim.run_until(lambda s: s.status.aborted, limit=60)
-    assert sim.status.abort_reason == r.EVALUATION_ERROR_LIMIT_ABORT
+    assert sim.status.abort_reason == r.EVALUATION_ERROR_LIMIT
     assert len(sim.runs) == 2 and max(weights(sim)) == 0
 
 

@@ -22,14 +22,16 @@ from inference_rollout.api import reasons as r
 from inference_rollout.api.effective import effective_metrics
 from inference_rollout.api.spec import InferenceRolloutSpec
 from inference_rollout.api.status import InferenceRolloutStatus
-from inference_rollout.core.capacity import servable_share
+from inference_rollout.core.capacity import carried_weight, servable_share
 from inference_rollout.core.decide import analysis_due, decide, desired_route
 from inference_rollout.core.revision import template_hash
+from inference_rollout.core.steps import current_step
 from inference_rollout.core.timeutil import from_iso
 from inference_rollout.core.types import (
     Decision,
     EnsureRevision,
     Observation,
+    OrphanRevision,
     RecordEvent,
     RevisionState,
     SetWeights,
@@ -39,6 +41,9 @@ PROPERTY = settings(max_examples=int(os.environ.get("PROPERTY_EXAMPLES", "100"))
                     print_blob=True,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 TRACE = bool(os.environ.get("TRACE"))
+#: How the reconciler orders a rollback's writes: status first (True), or the route first as it
+#: did before (False: the crash test must then find a rollback undone; see the test below).
+ROLLBACK_STATUS_FIRST = True
 REQUESTS = ("promote", "promote_full", "abort", "retry", "pause", "resume")
 
 METRIC_POOL: list[dict[str, Any]] = [
@@ -112,6 +117,7 @@ class Run:
     release: int = 0  # bumped whenever a release starts or ends
     failed_in_release: bool = False
     written: dict[int, list[int]] = field(default_factory=dict)  # release → canary weights written
+    rolled_back: str | None = None  # the canary whose rollback reached the route, this release
     decisions: int = 0
     crashes: int = 0
     seen: set[str] = field(default_factory=set)  # event reasons and states reached
@@ -142,17 +148,21 @@ class Run:
 
     # one reconcile --------------------------------------------------------------------------
 
+    def measure(self, before: InferenceRolloutStatus,
+                verdicts: dict[str, str]) -> dict[str, Any] | None:
+        if not analysis_due(self.spec, before, self.world.now):
+            return None
+        return {m.name: measurement_for(m, verdicts.get(m.name, "pass"))
+                for m in effective_metrics(self.spec.analysis)}
+
     def reconcile(self, verdicts: dict[str, str], request: str | None = None,
-                  crash: tuple[str, int] | None = None, deleting: bool = False) -> Decision:
+                  crash: tuple[str, int] | None = None, deleting: bool = False,
+                  answer_after_crash: dict[str, str] | None = None) -> Decision:
         if request:
             setattr(self.status.requests, request, True)
         before = self.status
-        measurements = None
-        if analysis_due(self.spec, before, self.world.now):
-            measurements = {n: measurement_for(m, verdicts.get(n, "pass"))
-                            for m in effective_metrics(self.spec.analysis)
-                            for n in [m.name]}
-        obs = self.observe(measurements, deleting)
+        obs = self.observe(self.measure(before, verdicts), deleting)
+        measurements = obs.measurements
         d = decide(self.spec, before, obs, self.world.now)
         d = replace(d, status=InferenceRolloutStatus.parse(d.status.to_body()))  # as stored
         self.decisions += 1
@@ -169,7 +179,7 @@ class Run:
             applied = d.actions[:crash[1] % (len(d.actions) + 1)]
             self.apply(self.world, applied)
         elif crash is not None:
-            d = self.crash_and_restart(before, obs, d, *crash)
+            d, obs = self.crash_and_restart(before, obs, d, *crash, answer=answer_after_crash)
             applied = d.actions
         else:
             self.check_idempotent(d, obs)
@@ -184,26 +194,43 @@ class Run:
         return d
 
     def crash_and_restart(self, before: InferenceRolloutStatus, obs: Observation, d: Decision,
-                          kind: str, cut: int) -> Decision:
+                          kind: str, cut: int, answer: dict[str, str] | None = None,
+                          ) -> tuple[Decision, Observation]:
         """(g) The operator dies after applying ``cut`` of the decision's actions (all of them for
         kind ``"status-lost"``) and before writing its status; the restarted operator decides
-        again from the status last written, with the world as changed, at the same instant and
-        with the same Prometheus answer."""
+        again from the status last written, with the world as changed, at the same instant.
+
+        A rollback writes its status first, so a crash before that write applied none of its
+        actions.  With the same Prometheus answer the restarted decision equals the lost one;
+        with a new ``answer`` (the world moved on while the operator was down) it may differ,
+        but must never undo what the lost decision did: the invariants checked afterwards
+        (route writes never fall and rise again within a release) catch that."""
         self.crashes += 1
-        applied = d.actions if kind == "status-lost" else d.actions[:cut % (len(d.actions) + 1)]
+        if d.rolled_back and ROLLBACK_STATUS_FIRST:
+            applied: tuple[Any, ...] = ()
+        else:
+            applied = d.actions if kind == "status-lost" else d.actions[
+                :cut % (len(d.actions) + 1)]
         self.apply(self.world, applied, clamp_ready=False)
-        self.record_writes(before, applied, d.status)
-        again = decide(self.spec, before, replace(obs, revisions=dict(self.world.deployments),
-                                                  route=None if self.world.route is None
-                                                  else dict(self.world.route)), self.world.now)
-        assert again.status == d.status, (
-            f"(g) the restarted decision differs: {diff(d.status, again.status)}")
-        for a in again.actions:
-            if isinstance(a, SetWeights):
-                assert a in d.actions, f"(g) a route write the lost decision did not make: {a}"
-        self.check_idempotent(again, obs)
+        self.record_writes(before, applied, d.status, d.rolled_back)
+        if answer is not None:
+            # A lost raise may be lowered again by a decision that saw a new (worse) answer:
+            # traffic moves the safe way.  What must never happen is checked in record_writes.
+            self.release += 1
+        seen = replace(obs, revisions=dict(self.world.deployments),
+                       route=None if self.world.route is None else dict(self.world.route))
+        if answer is not None and obs.measurements is not None:
+            seen = replace(seen, measurements=self.measure(before, answer))
+        again = decide(self.spec, before, seen, self.world.now)
+        if answer is None:
+            assert again.status == d.status, (
+                f"(g) the restarted decision differs: {diff(d.status, again.status)}")
+            for a in again.actions:
+                if isinstance(a, SetWeights):
+                    assert a in d.actions, f"(g) a route write the lost decision did not make: {a}"
+        self.check_idempotent(again, seen)
         self.apply(self.world, again.actions)
-        return again
+        return again, seen
 
     def check_idempotent(self, d: Decision, obs: Observation) -> None:
         """(c) After the decision's actions are applied and nothing settles, deciding again at the
@@ -215,17 +242,27 @@ class Run:
             obs, revisions=dict(world.deployments),
             route=None if world.route is None else dict(world.route), measurements=None),
             self.world.now)
-        assert again.actions == (), (
+        # Orphaning the stable while deleting is a merge patch that is a no-op when repeated.
+        repeated = tuple(a for a in again.actions if not isinstance(a, OrphanRevision))
+        assert repeated == (), (
             f"(c) not idempotent: {again.actions} after {d.actions} on {world.deployments}")
         assert again.status == stored, f"(c) not idempotent: {diff(stored, again.status)}"
 
     # the invariants ------------------------------------------------------------------------
 
     def record_writes(self, before: InferenceRolloutStatus, actions: Any,
-                      after: InferenceRolloutStatus) -> None:
+                      after: InferenceRolloutStatus, rolled_back: str | None = None) -> None:
+        """Remember the canary weights written; (g) a rollback that reached the route is never
+        undone within its release (issue 9: a lost status write used to let the next decision,
+        with a new Prometheus answer, send traffic back to the canary)."""
         for a in actions:
-            if isinstance(a, SetWeights) and a.canary_revision is not None:
-                self.written.setdefault(self.release, []).append(a.canary_weight)
+            if not isinstance(a, SetWeights) or a.canary_revision is None:
+                continue
+            assert not (a.canary_weight > 0 and a.canary_revision == self.rolled_back), (
+                f"(g) rollback undone: {a.canary_weight}% back on {a.canary_revision}")
+            if rolled_back and a.canary_weight == 0:
+                self.rolled_back = a.canary_revision
+            self.written.setdefault(self.release, []).append(a.canary_weight)
 
     def check(self, before: InferenceRolloutStatus, obs: Observation, d: Decision,
               applied: tuple[Any, ...]) -> None:
@@ -237,6 +274,7 @@ class Run:
         if not same:
             self.release += 1
             self.failed_in_release = False
+            self.rolled_back = None
         if any(r_.verdict == "Fail" and r_.measured_at and from_iso(r_.measured_at) == now
                for r_ in after.analysis.values()):
             self.failed_in_release = True
@@ -296,10 +334,28 @@ class Run:
                 f"(e) {after.canary_weight}% on {ready} ready pods")
             assert not after.paused_reason, "weight raised while paused"
 
-        # (f) within one release the weight only rises (until rollback or promotion)
+        # (f) within one release the weight only rises (until rollback or promotion), except
+        # when the canary lost the Ready pods that carried it (the capacity guard)
+        guarded = any(isinstance(a, RecordEvent) and a.reason == r.CANARY_UNAVAILABLE
+                      for a in d.actions)
         if same and not after.aborted:
-            assert after.canary_weight >= before.canary_weight, "(f) weight lowered"
-        self.record_writes(before, applied, after)
+            assert after.canary_weight >= before.canary_weight or guarded, "(f) weight lowered"
+        if guarded:
+            self.release += 1  # route writes rise again from the lowered weight
+
+        # (h) at every reconcile, the canary's weight is carried by its Ready pods, or the
+        # stable's Ready pods could not take it back
+        step_now = current_step(spec, after)
+        if after.canary_revision and after.canary_weight and step_now is not None \
+                and not obs.deleting:
+            ready = obs.revisions.get(after.canary_revision, RevisionState(0, 0, 0)).ready
+            stable_ready = obs.revisions.get(after.stable_revision or "",
+                                             RevisionState(0, 0, 0)).ready
+            stable_share = min(100, 100 * stable_ready // spec.replicas)
+            assert after.canary_weight <= max(carried_weight(spec, step_now, ready, 100),
+                                              100 - stable_share), (
+                f"(h) {after.canary_weight}% on {ready} ready canary pods")
+        self.record_writes(before, applied, after, d.rolled_back)
         writes = self.written.get(self.release, [])
         if not after.aborted:
             assert writes == sorted(writes), f"(f/g) route writes {writes} within one release"
@@ -387,11 +443,13 @@ def drive(run: Run, data: st.DataObject, reconciles: int, crashes: bool = False)
                 st.integers(0, 3)) == 0:  # a person looks and steers
             request = data.draw(st.sampled_from(
                 ("retry", "abort") if run.status.aborted else ("resume", "promote", "abort")))
-        crash = None
+        crash, answer = None, None
         if crashes and data.draw(st.integers(0, 3)) == 0:
             crash = (data.draw(st.sampled_from(["status-lost", "cut", "actions-lost"])),
                      data.draw(st.integers(0, 8)))
-        d = run.reconcile(verdicts, request, crash)
+            if data.draw(st.booleans()):  # the world moves on while the operator restarts
+                answer = {n: data.draw(st.sampled_from(KINDS)) for n in run.metrics}
+        d = run.reconcile(verdicts, request, crash, answer_after_crash=answer)
         run.settle(data)
         wait = data.draw(st.one_of(st.just(-1.0), st.sampled_from([0.0, 1.0, 2.0, 5.0]),
                                    st.integers(0, 130).map(float)))
@@ -485,8 +543,8 @@ def test_property_runs_are_not_vacuous() -> None:
 
     probe()
     wanted = {r.PROMOTED, r.ANALYSIS_FAILED, r.STEP_COMPLETE, r.TEMPLATE_CHANGED,
-              r.ERROR_LIMIT_PAUSE, r.PROGRESS_DEADLINE, r.RETRY_REQUESTED, r.ABORT_REQUESTED,
+              r.ERROR_LIMIT, r.PROGRESS_DEADLINE, r.RETRY_REQUESTED, r.ABORT_REQUESTED,
               "a later step with traffic", f"paused {r.MANUAL_STEP}",
-              f"paused {r.PAUSE_REQUESTED}", f"paused {r.ERROR_LIMIT_PAUSE}"}
+              f"paused {r.PAUSE_REQUESTED}", f"paused {r.ERROR_LIMIT}"}
     assert wanted <= set(seen), (wanted - set(seen), seen)
 

@@ -24,10 +24,6 @@ NEW_RELEASE = "NewRelease"
 NEW_RELEASE_MSG = "new revision {canary} to replace {stable}: starting step 1/{steps}"
 FIRST_RELEASE = "FirstRelease"
 FIRST_RELEASE_MSG = "first revision {revision}: deploying {replicas} pods with all traffic"
-WAITING_FOR_CANARY = "WaitingForCanaryPods"
-WAITING_FOR_CANARY_MSG = (
-    "step {step}/{steps}: waiting for {needed} ready canary pods ({ready} ready)"
-)
 STEP_WEIGHT_SET = "StepWeightSet"
 STEP_WEIGHT_SET_MSG = "step {step}/{steps}: {weight}% of traffic to canary {canary}"
 STEP_COMPLETE = "StepComplete"
@@ -36,6 +32,16 @@ PROMOTED = "Promoted"
 PROMOTED_MSG = "revision {canary} promoted to stable; {old} scales down after {delay}"
 RELEASE_COMPLETE = "ReleaseComplete"
 RELEASE_COMPLETE_MSG = "revision {revision} serves all traffic"
+STEPS_CHANGED = "StepsChangedMidRelease"
+STEPS_CHANGED_MSG = (
+    "spec.strategy.steps changed during the release: step {old} no longer exists, continuing "
+    "at step {new}/{steps}"
+)
+CANARY_UNAVAILABLE = "CanaryUnavailable"
+CANARY_UNAVAILABLE_MSG = (
+    "canary {canary} has {ready} ready pods, too few for {weight}% of traffic: weight lowered to "
+    "{carried}%; rolled back if its pods are not back within {deadline}"
+)
 TEMPLATE_CHANGED = "TemplateChangedMidRelease"
 TEMPLATE_CHANGED_MSG = "template changed during the release: canary {old} replaced by {new}"
 
@@ -48,14 +54,15 @@ PROGRESS_DEADLINE_MSG = (
 )
 ABORT_REQUESTED = "AbortRequested"
 ABORT_REQUESTED_MSG = "rolled back on request"
-ERROR_LIMIT_ABORT = "AnalysisErrorLimit"
+# One reason per limit; the policy (pause or roll back) picks the message.
+ERROR_LIMIT = "AnalysisErrorLimit"
 ERROR_LIMIT_ABORT_MSG = "rolled back: {details} failed to measure {count} times in a row"
 EVALUATION_FAILED = "EvaluationFailed"
 EVALUATION_FAILED_MSG = (
     "rolled back: business evaluation of canary {canary} scored {canary_score:.1f} points, "
     "stable {stable_score:.1f} (more than {max_drop:g} below; {cases} cases)"
 )
-EVALUATION_ERROR_LIMIT_ABORT = "EvaluationErrorLimit"
+EVALUATION_ERROR_LIMIT = "EvaluationErrorLimit"
 EVALUATION_ERROR_LIMIT_ABORT_MSG = (
     "rolled back: the business evaluation failed to run {count} times in a row: {detail}"
 )
@@ -64,12 +71,9 @@ RETRY_REQUESTED_MSG = "retrying revision {canary} from step 1"
 
 # Paused
 PAUSE_REQUESTED = "PauseRequested"
-PAUSE_REQUESTED_MSG = "paused on request; resume to continue"
-ERROR_LIMIT_PAUSE = "AnalysisErrorLimit"
 ERROR_LIMIT_PAUSE_MSG = (
     "paused: {details} failed to measure {count} times in a row; resume to retry"
 )
-EVALUATION_ERROR_LIMIT_PAUSE = "EvaluationErrorLimit"
 EVALUATION_ERROR_LIMIT_PAUSE_MSG = (
     "paused: the business evaluation failed to run {count} times in a row: {detail}; "
     "resume to retry"
@@ -93,6 +97,15 @@ EVALUATION_ERROR_MSG = (
     "retrying in {interval}"
 )
 EVALUATION_PENDING_MSG = "step 1/{steps}: waiting for the business evaluation of canary {canary}"
+
+# An unexpected failure of a reconcile (its own condition type)
+RECONCILE_FAILED = "ReconcileFailed"
+RECONCILE_FAILED_MSG = (
+    "the operator could not reconcile this rollout ({error}); traffic is kept on stable, and "
+    "reconciles are retried with backoff"
+)
+RECONCILED = "Reconciled"
+RECONCILED_MSG = "the last reconcile succeeded"
 
 # Deletion
 DELETING = "Deleting"

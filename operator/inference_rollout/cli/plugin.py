@@ -24,8 +24,7 @@ import httpx
 import yaml
 
 from ..api.duration import parse_duration
-from ..kube import Kube, KubeError, load_configuration, ns_path
-from ..reconciler import rollout_path
+from ..kube import Kube, KubeError, load_configuration, ns_path, rollout_path
 from .offline import add_offline_commands
 from .render import render_rollout
 

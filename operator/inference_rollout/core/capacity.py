@@ -40,6 +40,14 @@ def servable_share(spec: InferenceRolloutSpec, step: Step, canary_ready: int) ->
     return min(100, math.floor(100 * canary_ready / spec.replicas))
 
 
+def carried_weight(spec: InferenceRolloutSpec, step: Step, canary_ready: int, weight: int) -> int:
+    """The part of ``weight`` that ``canary_ready`` pods can carry at this step.  With an
+    explicit ``step.replicas`` (overdrive) the share scales with the Ready part of that count."""
+    if step.replicas is not None:
+        return min(weight, step.weight * canary_ready // step.replicas)
+    return min(weight, servable_share(spec, step, canary_ready))
+
+
 @dataclass(frozen=True)
 class PodCounts:
     stable: int

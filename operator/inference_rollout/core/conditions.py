@@ -13,6 +13,7 @@ from ..api.duration import format_duration, parse_duration
 from ..api.spec import InferenceRolloutSpec
 from ..api.status import Condition, ConditionStatus, InferenceRolloutStatus, Phase
 from .analysis import effective_metrics, summarise
+from .steps import current_step
 from .timeutil import seconds_since, to_iso
 from .types import Observation
 
@@ -56,7 +57,8 @@ def step_message(
     if status.current_step is None:
         return ""
     steps = spec.strategy.steps
-    step = steps[status.current_step]
+    step = current_step(spec, status)
+    assert step is not None
     head = f"step {status.current_step + 1}/{len(steps)}: "
     held = seconds_since(status.step_started_at, now)
     if held is None or status.canary_weight < step.weight:
@@ -110,6 +112,9 @@ def apply_conditions(
     else:
         put("Progressing", "False", r.RELEASE_COMPLETE,
             r.RELEASE_COMPLETE_MSG.format(revision=status.stable_revision or "(none)"))
+
+    if any(c.type == r.RECONCILE_FAILED for c in status.conditions):
+        put(r.RECONCILE_FAILED, "False", r.RECONCILED, r.RECONCILED_MSG)
 
     status.phase = derive_phase(spec, status, world)
     status.observed_generation = gen

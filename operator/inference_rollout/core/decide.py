@@ -30,8 +30,15 @@ from ..api.spec import InferenceRolloutSpec, Step
 from ..api.status import InferenceRolloutStatus, Requests
 from . import analysis as an
 from . import gate
-from .capacity import canary_target, ready_enough, release_pod_counts, stable_within_quota
+from .capacity import (
+    canary_target,
+    carried_weight,
+    ready_enough,
+    release_pod_counts,
+    stable_within_quota,
+)
 from .conditions import apply_conditions, step_message
+from .steps import current_step, fit_index
 from .timeutil import from_iso, seconds_since, to_iso
 from .types import (
     Action,
@@ -39,6 +46,7 @@ from .types import (
     DeleteRevision,
     EnsureRevision,
     Observation,
+    OrphanRevision,
     RecordEvent,
     SetWeights,
 )
@@ -59,6 +67,8 @@ class _Run:
     now: datetime
     actions: list[Action] = field(default_factory=list)
     wakeups: list[float] = field(default_factory=list)
+    #: Set by a rollback decided in this call: its reason and message.
+    rolled_back: tuple[str, str] | None = None
 
     def event(self, type_: str, reason: str, message: str) -> None:
         self.actions.append(RecordEvent("Warning" if type_ == "Warning" else "Normal", reason,
@@ -67,7 +77,7 @@ class _Run:
     def wake_in(self, seconds: float) -> None:
         self.wakeups.append(max(0.0, seconds))
 
-    def keep(self, revision: str) -> None:
+    def cancel_scaling(self, revision: str) -> None:
         """Drop any scaling of ``revision`` decided earlier in this call."""
         self.actions = [a for a in self.actions
                         if not (isinstance(a, EnsureRevision) and a.revision == revision)]
@@ -75,7 +85,7 @@ class _Run:
     def ensure(self, revision: str, replicas: int) -> None:
         """Scale ``revision`` to ``replicas``; a later call for the same revision in one decision
         replaces an earlier one (e.g. a rollback after the step's scaling was computed)."""
-        self.keep(revision)
+        self.cancel_scaling(revision)
         seen = self.world.revisions.get(revision)
         if seen is None or seen.desired != replicas:
             self.actions.append(EnsureRevision(revision, replicas))
@@ -130,7 +140,8 @@ def decide(
     st.message = _message(run)
     apply_conditions(spec, st, world, now)
     requeue = min([*run.wakeups, IDLE_SECONDS])
-    return Decision(actions=tuple(run.actions), status=st, requeue_after=requeue)
+    return Decision(actions=tuple(run.actions), status=st, requeue_after=requeue,
+                    rolled_back=run.rolled_back[0] if run.rolled_back else None)
 
 
 # --- the paths ----------------------------------------------------------------------------------
@@ -138,13 +149,19 @@ def decide(
 
 def _on_delete(run: _Run) -> None:
     """All traffic to stable, and the canary off the route (its Service is about to be
-    garbage-collected with the rollout)."""
+    garbage-collected with the rollout).  With a user-owned route the stable's objects are then
+    orphaned, so the route keeps a live backend.  A route that is gone (a GitOps prune that took
+    it first) carries no traffic to protect: nothing is written and nothing orphaned."""
     st = run.status
+    if run.world.route is None:
+        return
     if st.stable_revision and st.canary_revision:
         st.canary_weight, st.canary_revision, st.current_step = 0, None, None
         run.event("Normal", r.DELETING, r.DELETING_MSG.format(stable=st.stable_revision))
     if st.stable_revision:
         _reconcile_route(run)
+        if run.spec.traffic.gateway_api.http_route_ref is not None:
+            run.actions.append(OrphanRevision(st.stable_revision))
 
 
 def _note_invalid(run: _Run) -> None:
@@ -209,6 +226,7 @@ def _release(run: _Run) -> None:
     if st.requests.abort:
         _abort(run, r.ABORT_REQUESTED, r.ABORT_REQUESTED_MSG)
         return
+    _fit_steps(run)
     _steer_pause(run)
     # Measurements are of the traffic the canary carried; a release (re)started in this call
     # carries none, and what was measured belonged to the canary it replaced.
@@ -251,8 +269,24 @@ def _abandon_canary(run: _Run) -> None:
     st.evaluation = None
 
 
+def _fit_steps(run: _Run) -> None:
+    """Steps shortened mid-release: continue at the first step that still carries the canary's
+    weight (see :func:`fit_index`); its hold and analysis start again."""
+    st = run.status
+    index = fit_index(run.spec, st)
+    if index is None:
+        return
+    run.event("Normal", r.STEPS_CHANGED, r.STEPS_CHANGED_MSG.format(
+        old=(st.current_step or 0) + 1, new=index + 1, steps=len(run.spec.strategy.steps)))
+    st.current_step = index
+    st.step_entered_at = to_iso(run.now)
+    if run.spec.strategy.steps[index].weight != st.canary_weight:
+        st.step_started_at = None
+
+
 def _abort(run: _Run, reason: str, message: str) -> None:
     st = run.status
+    run.rolled_back = (reason, message)
     st.aborted, st.abort_reason, st.aborted_at = True, reason, to_iso(run.now)
     st.canary_weight = 0
     st.step_started_at = None
@@ -274,7 +308,7 @@ def _stay_aborted(run: _Run) -> None:
     if canary is None:
         # Never created: withdraw a scale-up decided earlier in this call (the step's), so an
         # aborted canary is not born after the abort.
-        run.keep(st.canary_revision)
+        run.cancel_scaling(st.canary_revision)
         canary_pods = 0
     elif waited >= delay:
         run.ensure(st.canary_revision, 0)
@@ -327,12 +361,12 @@ def _analyse(run: _Run) -> bool:
         details = an.summarise(st.analysis, stuck)
         count = spec.analysis.consecutive_error_limit
         if spec.analysis.on_error_limit == "Abort":
-            _abort(run, r.ERROR_LIMIT_ABORT,
+            _abort(run, r.ERROR_LIMIT,
                    r.ERROR_LIMIT_ABORT_MSG.format(details=details, count=count))
             return True
-        if st.paused_reason != r.ERROR_LIMIT_PAUSE:
-            st.paused_reason = r.ERROR_LIMIT_PAUSE
-            run.event("Warning", r.ERROR_LIMIT_PAUSE,
+        if st.paused_reason != r.ERROR_LIMIT:
+            st.paused_reason = r.ERROR_LIMIT
+            run.event("Warning", r.ERROR_LIMIT,
                       r.ERROR_LIMIT_PAUSE_MSG.format(details=details, count=count))
     return False
 
@@ -357,12 +391,12 @@ def _evaluate(run: _Run) -> bool:
         return False
     limit = spec.analysis.consecutive_error_limit
     if outcome == "ErrorLimit" and spec.analysis.on_error_limit == "Abort":
-        _abort(run, r.EVALUATION_ERROR_LIMIT_ABORT,
+        _abort(run, r.EVALUATION_ERROR_LIMIT,
                r.EVALUATION_ERROR_LIMIT_ABORT_MSG.format(count=limit, detail=ev.message))
         return True
     if outcome == "ErrorLimit":
-        st.paused_reason = r.EVALUATION_ERROR_LIMIT_PAUSE
-        run.event("Warning", r.EVALUATION_ERROR_LIMIT_PAUSE,
+        st.paused_reason = r.EVALUATION_ERROR_LIMIT
+        run.event("Warning", r.EVALUATION_ERROR_LIMIT,
                   r.EVALUATION_ERROR_LIMIT_PAUSE_MSG.format(count=limit, detail=ev.message))
         return False
     run.event("Warning", r.EVALUATION_ERROR, r.EVALUATION_ERROR_MSG.format(
@@ -398,6 +432,7 @@ def _capacity_and_weight(run: _Run, step: Step) -> bool:
     canary = world.revisions.get(st.canary_revision)
     stable = world.revisions.get(st.stable_revision)
     ready = canary.ready if canary else 0
+    _guard_capacity(run, step, ready)
     counts = release_pod_counts(spec, step, ready, stable.desired if stable else spec.replicas,
                                 _other_pods(run))
     if stable is not None and counts.stable > stable.desired:
@@ -437,6 +472,27 @@ def _capacity_and_weight(run: _Run, step: Step) -> bool:
         weight=step.weight, canary=st.canary_revision))
     run.wake_in(0 if an.effective_metrics(spec.analysis) else _hold_seconds(step))
     return False
+
+
+def _guard_capacity(run: _Run, step: Step, ready: int) -> None:
+    """Never route to what cannot serve, at every reconcile: a canary that lost Ready pods after
+    its weight was set keeps only the share its Ready pods carry (0 if none), in one write, as
+    far as the stable's Ready pods can take the rest.  The step then waits for pods again, and
+    the progress deadline (counted from now) rolls the release back if they do not come."""
+    st = run.status
+    # The traffic taken off the canary must land on Ready stable pods (in swap mode the stable
+    # has shrunk for the canary): never lower it below what the stable cannot take.
+    stable = run.world.revisions.get(st.stable_revision or "")
+    stable_share = min(100, 100 * (stable.ready if stable else 0) // run.spec.replicas)
+    carried = max(carried_weight(run.spec, step, ready, st.canary_weight), 100 - stable_share)
+    if carried >= st.canary_weight:
+        return
+    run.event("Warning", r.CANARY_UNAVAILABLE, r.CANARY_UNAVAILABLE_MSG.format(
+        canary=st.canary_revision, ready=ready, weight=st.canary_weight, carried=carried,
+        deadline=format_duration(parse_duration(run.spec.strategy.progress_deadline))))
+    st.canary_weight = carried
+    st.step_entered_at = to_iso(run.now)
+    st.step_started_at = None
 
 
 def _latest_failed(run: _Run) -> bool:
@@ -503,7 +559,8 @@ def _promote(run: _Run) -> None:
     st, spec = run.status, run.spec
     assert st.canary_revision is not None and st.stable_revision is not None
     old, new = st.stable_revision, st.canary_revision
-    run.keep(old)  # keeps its pods until it goes: grows no more (nor returns, if already gone)
+    # It keeps its pods until it goes: grows no more (nor returns, if already gone).
+    run.cancel_scaling(old)
     delay = parse_duration(spec.strategy.scale_down_delay)
     st.old_revisions[old] = to_iso(run.now + timedelta(seconds=delay))
     st.stable_revision = new
@@ -562,7 +619,7 @@ def _old_revisions(run: _Run) -> None:
         if rev in live or rev not in run.world.revisions:
             del st.old_revisions[rev]
         elif due is None or run.now >= due:
-            run.keep(rev)  # cancels any scaling of it
+            run.cancel_scaling(rev)
             # Deletions go before any scaling: the pods they free are counted as free already.
             first_scale = next((i for i, a in enumerate(run.actions)
                                 if isinstance(a, EnsureRevision)), len(run.actions))
@@ -599,9 +656,9 @@ def _hold_seconds(step: Step) -> float:
 
 def _hold_end(spec: InferenceRolloutSpec, status: InferenceRolloutStatus) -> datetime | None:
     started = from_iso(status.step_started_at)
-    if started is None or status.current_step is None:
+    step = current_step(spec, status)
+    if started is None or step is None:
         return None
-    step = spec.strategy.steps[status.current_step]
     return started + timedelta(seconds=_hold_seconds(step))
 
 
@@ -618,10 +675,10 @@ def _message(run: _Run) -> str:
     if run.world.invalid:
         return r.INVALID_SPEC_MSG.format(problems="; ".join(run.world.invalid))
     if st.aborted:
-        reason = next((a.message for a in run.actions if isinstance(a, RecordEvent)
-                       and a.reason == st.abort_reason), None)
-        return reason or (st.message if st.message.startswith("rolled back") else
-                          f"rolled back ({st.abort_reason}); retry or change the template")
+        if run.rolled_back is not None:
+            return run.rolled_back[1]
+        return (st.message if st.message.startswith("rolled back") else
+                f"rolled back ({st.abort_reason}); retry or change the template")
     if st.paused_reason == r.MANUAL_STEP and st.current_step is not None:
         return r.MANUAL_STEP_MSG.format(step=st.current_step + 1,
                                         steps=len(run.spec.strategy.steps))

@@ -27,6 +27,7 @@ from ..api.duration import parse_duration
 from ..api.spec import InferenceRolloutSpec
 from ..api.status import EvaluationResult, InferenceRolloutStatus
 from .capacity import ready_enough
+from .steps import current_step
 from .timeutil import from_iso, to_iso
 from .types import EvaluationOutcome, RevisionState
 
@@ -69,12 +70,12 @@ def evaluation_due(spec: InferenceRolloutSpec, status: InferenceRolloutStatus, n
     """Whether the reconciler should run the evaluation set before calling ``decide``."""
     if not waiting(spec, status) or status.current_step is None:
         return False
-    if status.paused_reason == r.EVALUATION_ERROR_LIMIT_PAUSE:
+    if status.paused_reason == r.EVALUATION_ERROR_LIMIT:
         return False  # a person should look first; resume runs it again
     assert status.canary_revision is not None
     canary = revisions.get(status.canary_revision)
-    step = spec.strategy.steps[status.current_step]
-    if not ready_enough(spec, step, canary.ready if canary else 0):
+    step = current_step(spec, status)
+    if step is None or not ready_enough(spec, step, canary.ready if canary else 0):
         return False
     ev = current(status)
     if ev is None:

@@ -24,6 +24,7 @@ class RevisionState:
     ready: int
     available: int
     unschedulable: int = 0  # pods Pending with reason Unschedulable (e.g. no free GPU)
+    port: int | None = None  # the serving port of its pod template (its Service's port)
 
 
 class MeasurementError(StrEnum):
@@ -111,19 +112,30 @@ class DeleteRevision:
 
 
 @dataclass(frozen=True)
+class OrphanRevision:
+    """Drop the owner reference of a revision's objects before the rollout goes: a user-owned
+    route still sends traffic to them, so garbage collection must not take them."""
+
+    revision: str
+
+
+@dataclass(frozen=True)
 class RecordEvent:
     type: Literal["Normal", "Warning"]
     reason: str
     message: str
 
 
-Action = EnsureRevision | SetWeights | DeleteRevision | RecordEvent
+Action = EnsureRevision | SetWeights | DeleteRevision | OrphanRevision | RecordEvent
 
 
 @dataclass(frozen=True)
 class Decision:
-    """What :func:`decide` returns: actions in order, the new status, when to look again."""
+    """What :func:`decide` returns: actions in order, the new status, when to look again, and
+    the reason of a rollback decided in this call (None when it decided none): the reconciler
+    records a rollback in the status *before* it moves traffic, so no crash can undo it."""
 
     actions: tuple[Action, ...]
     status: InferenceRolloutStatus
     requeue_after: float | None
+    rolled_back: str | None = None

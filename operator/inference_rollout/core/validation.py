@@ -15,6 +15,8 @@ from ..api.spec import InferenceRolloutSpec
 from ..api.status import InferenceRolloutStatus
 from .conditions import set_condition
 from .revision import MAX_ROLLOUT_NAME
+from .timeutil import to_iso
+from .types import SetWeights
 
 
 def problems(spec: InferenceRolloutSpec, name: str) -> list[str]:
@@ -42,12 +44,50 @@ def describe_validation_error(error: ValidationError) -> list[str]:
 def unparseable_status(
     status: InferenceRolloutStatus, found: list[str], generation: int, now: datetime
 ) -> InferenceRolloutStatus:
-    """The status of a rollout whose spec fails validation: nothing else changes (traffic stays
-    where it is, no revision is created), Valid=False says why."""
+    """The status of a rollout whose spec fails validation: Valid=False says why, no revision is
+    created, and the canary keeps no traffic (nothing can watch it while the spec does not
+    parse).  Fixing the manifest resumes the release: the step's weight, hold and analysis start
+    again once the canary can carry it."""
     new = status.model_copy(deep=True)
     message = r.INVALID_SPEC_MSG.format(problems="; ".join(found))
     set_condition(new, "Valid", "False", r.INVALID_SPEC, message, now, generation)
+    if new.canary_weight:
+        new.canary_weight, new.step_started_at = 0, None
+        new.step_entered_at = to_iso(now)
     new.phase = "Degraded"
     new.message = message
     new.observed_generation = generation
     return new
+
+
+def failed_status(
+    status: InferenceRolloutStatus, error: str, generation: int, now: datetime
+) -> InferenceRolloutStatus:
+    """The status after a reconcile failed unexpectedly (a bug, or input nothing else caught):
+    ``ReconcileFailed=True`` says why, and a release in flight is rolled back, because a canary
+    the operator cannot watch must not keep traffic.  ``retry`` (or a new template) starts it
+    again once the cause is fixed."""
+    new = status.model_copy(deep=True)
+    message = r.RECONCILE_FAILED_MSG.format(error=error)
+    set_condition(new, r.RECONCILE_FAILED, "True", r.RECONCILE_FAILED, message, now, generation)
+    if new.canary_revision and not new.aborted:
+        new.aborted, new.abort_reason, new.aborted_at = True, r.RECONCILE_FAILED, to_iso(now)
+        new.canary_weight, new.step_started_at = 0, None
+        set_condition(new, "Aborted", "True", r.RECONCILE_FAILED, message, now, generation)
+        new.phase = "Degraded"
+    new.message = message
+    return new
+
+
+def traffic_to_stable(
+    status: InferenceRolloutStatus, route: dict[str, int] | None, deleting: bool
+) -> SetWeights | None:
+    """The one route write that leaves the canary without traffic (off the route altogether when
+    the rollout is being deleted); None when the route already holds that, or does not exist."""
+    stable = status.stable_revision
+    if stable is None or route is None:
+        return None
+    canary = None if deleting else status.canary_revision
+    if route == {stable: 100, **({canary: 0} if canary else {})}:
+        return None
+    return SetWeights(stable, canary, 0)

@@ -15,13 +15,14 @@ read back from its name, so weights are reported per revision.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from ..api import API_VERSION, KIND, LABEL_MANAGED_BY, LABEL_ROLLOUT, MANAGED_BY, POOL_GROUP
 from ..api.spec import GatewayAPITraffic
 from ..core.revision import revision_name
 from ..kube import Kube, KubeError, ns_path
-from .router import RouteDrift, RouteError
+from .router import RouteDrift, RouteError, RouteMissing
 
 GROUP, VERSION, PLURAL = "gateway.networking.k8s.io", "v1", "httproutes"
 
@@ -35,9 +36,13 @@ class HTTPRouteRouter:
         rollout_uid: str,
         traffic: GatewayAPITraffic,
         port: int,
+        ports: Mapping[str, int] | None = None,
     ) -> None:
+        """``ports``: each known revision's serving port (its Service's port); ``port`` for
+        any other (the spec's template, i.e. a canary about to be created)."""
         self.kube, self.namespace, self.rollout = kube, namespace, rollout
         self.uid, self.traffic, self.port = rollout_uid, traffic, port
+        self.ports = dict(ports or {})
         ref = traffic.http_route_ref
         self.owned = ref is None
         self.route_name = rollout if ref is None else ref.name
@@ -51,7 +56,7 @@ class HTTPRouteRouter:
         except KubeError as e:
             raise RouteError(f"reading HTTPRoute {self.namespace}/{self.route_name}: {e}") from e
         if route is None and not self.owned:
-            raise RouteError(
+            raise RouteMissing(
                 f"HTTPRoute {self.namespace}/{self.route_name} named in "
                 "spec.traffic.gatewayAPI.httpRouteRef does not exist: create it, or use "
                 "parentRefs to let the operator own the route")
@@ -89,7 +94,8 @@ class HTTPRouteRouter:
         name = revision_name(self.rollout, revision)
         if self.traffic.backend_kind == "InferencePool":
             return {"group": POOL_GROUP, "kind": "InferencePool", "name": name, "weight": weight}
-        return {"kind": "Service", "name": name, "port": self.port, "weight": weight}
+        port = self.ports.get(revision, self.port)
+        return {"kind": "Service", "name": name, "port": port, "weight": weight}
 
     async def set_weights(self, stable: str, canary: str | None, canary_weight: int) -> None:
         refs = self.backend_refs(stable, canary, canary_weight)

@@ -9,6 +9,10 @@ class RouteError(Exception):
     """The route cannot be read or written; the message says which object and how to fix it."""
 
 
+class RouteMissing(RouteError):
+    """A user-owned route named by ``httpRouteRef`` does not exist."""
+
+
 class RouteDrift(RouteError):
     """After a write, the API server holds other weights than the ones written."""
 

@@ -152,8 +152,27 @@ class Revisions:
                 ready=int(st.get("readyReplicas", 0)),
                 available=int(st.get("availableReplicas", 0)),
                 unschedulable=stuck.get(rev, 0),
+                port=self._serving_port(rev),
             )
         return out
+
+    def _serving_port(self, revision: str) -> int | None:
+        try:
+            return PodTemplate.model_validate(self.templates[revision]).serving_port()
+        except ValueError:
+            return None
+
+    async def orphan(self, revision: str) -> None:
+        """Drop the owner reference of the revision's Deployment and Service (and pool), so
+        garbage collection leaves them to the user's route when the rollout goes."""
+        kinds = ["Deployment", "Service"] + (["InferencePool"] if self.pools is not None else [])
+        for kind in kinds:
+            try:
+                await self.kube.merge_patch(self._path(kind, revision), {"metadata": {
+                    "ownerReferences": None, "labels": {LABEL_REVISION: revision}}})
+            except KubeError as e:
+                if e.status != 404:
+                    raise RevisionError(f"orphaning {kind} {self._name(revision)}: {e}") from e
 
     async def ensure(self, revision: str, replicas: int, template: PodTemplate | None,
                      template_revision: str) -> None:

@@ -1,0 +1,133 @@
+"""The decisions that keep traffic safe when the world or the spec changes under a release:
+the capacity guard (issue 10, item 5), steps edited mid-release, a spec that stops parsing and an
+unexpected failure (issue 9, items 4 and 5), and the fact a rollback carries for the reconciler's
+write order (issue 9, item 1)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from tests.unit.coresim import T0
+from tests.unit.test_core_decide import at_step, events, in_release, of, steps
+
+from inference_rollout.api import reasons as r
+from inference_rollout.api.status import InferenceRolloutStatus
+from inference_rollout.core import validation
+from inference_rollout.core.decide import analysis_due
+from inference_rollout.core.types import SetWeights
+
+
+def test_a_canary_that_loses_its_ready_pods_loses_its_weight_in_one_write() -> None:
+    sim, old, new = in_release(strategy=steps((20, "1h"), 100))
+    sim.run_until(at_step(0, 20))
+    sim.world.set_ready(new, 0)
+    sim.advance(5)
+    d = sim.reconcile(settle=False)
+    assert d.status.canary_weight == 0 and r.CANARY_UNAVAILABLE in events(d)
+    (write,) = of(d, SetWeights)
+    assert d.actions[0] == write and write.canary_weight == 0
+    assert sim.world.route == {old: 100, new: 0}
+    assert not d.status.aborted and d.status.current_step == 0
+
+
+def test_the_weight_returns_when_the_pods_do_and_the_hold_starts_again() -> None:
+    sim, _old, new = in_release(strategy=steps((20, "1h"), 100))
+    sim.run_until(at_step(0, 20))
+    first_start = sim.status.step_started_at
+    sim.world.set_ready(new, 0)
+    sim.advance(5)
+    sim.reconcile(settle=False)
+    sim.advance(5)
+    sim.run_until(at_step(0, 20), limit=60)  # pods come back (the sim settles them)
+    assert sim.status.step_started_at != first_start
+
+
+def test_a_canary_whose_pods_stay_gone_is_rolled_back_after_the_progress_deadline() -> None:
+    sim, old, new = in_release(strategy={**steps((20, "1h"), 100), "progressDeadline": "60s"})
+    sim.run_until(at_step(0, 20))
+    sim.world.auto_ready = False
+    sim.world.set_ready(new, 0)
+    sim.advance(5)
+    sim.reconcile(settle=False)
+    sim.run(70, settle=False)
+    assert sim.status.aborted and sim.status.abort_reason == r.PROGRESS_DEADLINE
+    assert sim.world.route == {old: 100, new: 0}
+
+
+def test_a_partial_loss_keeps_the_share_the_ready_pods_carry() -> None:
+    sim, _old, new = in_release(replicas=4, strategy=steps((50, "1h"), 100))
+    sim.run_until(at_step(0, 50))
+    sim.world.set_ready(new, 1)  # one of two canary pods left: 25% of a 4-pod fleet
+    sim.advance(5)
+    d = sim.reconcile(settle=False)
+    assert d.status.canary_weight == 25
+
+
+def test_traffic_is_not_moved_onto_a_stable_without_ready_pods() -> None:
+    """Swap mode at 100%: the stable has given its GPUs to the canary, so lowering the canary's
+    weight would send users to nothing."""
+    sim, old, new = in_release(capacity={"mode": "swap", "maxSurge": 1},
+                               strategy=steps((100, "1h")))
+    sim.run_until(at_step(0, 100))
+    assert sim.world.deployments[old].ready == 0
+    sim.world.set_ready(new, 3)
+    sim.advance(5)
+    d = sim.reconcile(settle=False)
+    assert d.status.canary_weight == 100 and r.CANARY_UNAVAILABLE not in events(d)
+
+
+def test_steps_shortened_mid_release_continue_at_a_step_that_still_exists() -> None:
+    sim, _old, _new = in_release(strategy=steps((5, "1h"), (20, "1h"), (50, "1h"), 100))
+    sim.run_until(at_step(0, 5))
+    sim.status.current_step, sim.status.canary_weight = 2, 50  # as if at 50%
+    sim.body = {**sim.body, "strategy": steps((10, "1h"), 100)}
+    assert analysis_due(sim.spec, sim.status, sim.now) in (True, False)  # no IndexError
+    d = sim.reconcile()
+    assert r.STEPS_CHANGED in events(d)
+    # step 2 (100%) is the first that carries 50%; the one canary pod carries only 25% of the
+    # 4-pod fleet, so the capacity guard lowers it until the step's pods are Ready
+    assert d.status.current_step == 1 and d.status.canary_weight == 25
+
+
+def test_an_unparseable_spec_takes_the_canary_off_the_route() -> None:
+    status = InferenceRolloutStatus(stable_revision="a", canary_revision="b", current_step=1,
+                                    canary_weight=50, step_started_at="2026-12-01T12:00:00Z")
+    new = validation.unparseable_status(status, ["spec.x: bad"], 3, T0)
+    assert new.canary_weight == 0 and new.step_started_at is None
+    assert new.phase == "Degraded" and new.canary_revision == "b"
+    write = validation.traffic_to_stable(status, {"a": 50, "b": 50}, deleting=False)
+    assert write == SetWeights("a", "b", 0)
+    assert validation.traffic_to_stable(status, {"a": 100, "b": 0}, deleting=False) is None
+    assert validation.traffic_to_stable(status, {"a": 100, "b": 0}, deleting=True) == \
+        SetWeights("a", None, 0)
+    assert validation.traffic_to_stable(status, None, deleting=True) is None
+
+
+def test_an_unexpected_failure_rolls_a_release_back_and_says_why() -> None:
+    status = InferenceRolloutStatus(stable_revision="a", canary_revision="b", current_step=1,
+                                    canary_weight=50)
+    new = validation.failed_status(status, "IndexError: boom", 3, T0)
+    assert new.aborted and new.abort_reason == r.RECONCILE_FAILED and new.canary_weight == 0
+    cond = {c.type: c for c in new.conditions}
+    assert cond[r.RECONCILE_FAILED].status == "True" and "IndexError" in new.message
+    idle = validation.failed_status(InferenceRolloutStatus(stable_revision="a"), "x", 3, T0)
+    assert not idle.aborted
+
+
+def test_the_next_successful_reconcile_clears_reconcile_failed() -> None:
+    sim, _old, _new = in_release()
+    sim.status = validation.failed_status(sim.status, "boom", 1, T0)
+    sim.advance(1)
+    d = sim.reconcile()
+    cond = {c.type: c for c in d.status.conditions}
+    assert cond[r.RECONCILE_FAILED].status == "False"
+
+
+def test_a_rollback_decision_says_so_for_the_write_order() -> None:
+    sim, _old, _new = in_release(strategy=steps((20, "1h"), 100))
+    sim.run_until(at_step(0, 20))
+    sim.verdicts = "fail"
+    sim.advance(timedelta(minutes=1).total_seconds())
+    d = sim.run_until(lambda s: s.status.aborted, limit=120)
+    assert d.rolled_back == r.ANALYSIS_FAILED
+    assert sim.reconcile().rolled_back is None  # staying rolled back is not a new rollback
