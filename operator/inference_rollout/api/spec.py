@@ -312,7 +312,11 @@ class MetricSpec(Model):
     min_samples: int | None = Field(
         None, ge=0, description="Requests the window must hold; fewer is inconclusive."
     )
-    window: Duration | None = Field(None, description="Rate window; default: the interval.")
+    window: Duration | None = Field(
+        None, description="Rate window of the Window rule; default: the interval.")
+    warmup: Duration | None = Field(
+        None, description="Sequential rule: ignore this long after the step's weight is reached "
+        "(cold caches); evidence counts from then on.")
 
     @model_validator(mode="after")
     def _source_and_threshold(self) -> MetricSpec:
@@ -350,6 +354,16 @@ class AnalysisSpec(Model):
     )
     consecutive_error_limit: int = Field(4, ge=1)
     on_error_limit: Literal["Pause", "Abort"] = "Pause"
+    verdicts: Literal["Sequential", "Window"] = Field(
+        "Sequential", description="Sequential: each verdict uses all evidence since the step's "
+        "weight was reached, decided by sequential tests; Window: the last window only.")
+    false_rollback_rate: float = Field(
+        0.01, gt=0, le=0.2, description="Sequential rule: the chance that a release whose "
+        "metrics all hold is rolled back (per release, all metrics and steps together).")
+    inconclusive_limit: Duration | None = Field(
+        None, description="A step whose metrics are still undecided this long after its weight "
+        "was reached follows onInconclusive.")
+    on_inconclusive: Literal["Pause", "Rollback"] = "Pause"
 
     @model_validator(mode="after")
     def _rules(self) -> AnalysisSpec:
