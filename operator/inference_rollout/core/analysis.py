@@ -70,6 +70,8 @@ def judge(metric: MetricSpec, m: Measurement, rates: sq.ErrorRates | None = None
 def _point(metric: MetricSpec, m: Measurement, skip_max: bool = False) -> Judgement:
     """The point estimate against the thresholds (the Window rule, and non-count metrics)."""
     if m.error is MeasurementError.TOO_FEW_SAMPLES:
+        if m.samples is None and m.detail:  # not counted at all yet (the step's first scrapes)
+            return Judgement("Inconclusive", m.detail)
         return Judgement("Inconclusive", f"too few samples ({m.samples or 0:g})")
     if m.value is None:
         return Judgement("Error", f"{MeasurementError.NO_DATA.value} {m.detail}".strip())
