@@ -152,7 +152,8 @@ def record(
     j = judge(metric, m, rates)
     prev = previous or MetricResult()
     ev = m.evidence
-    rate = (j.test.requests / ev.period_s if j.test is not None and ev is not None
+    counted = None if ev is None else ev.buckets[-1][1] if ev.buckets else ev.requests
+    rate = (counted / ev.period_s if j.test is not None and ev is not None and counted is not None
             and ev.period_s > 0 else None)
     return MetricResult(
         value=m.value,
@@ -212,12 +213,15 @@ def still_needed(results: dict[str, MetricResult], names: list[str]) -> str:
 
 
 def summarise(results: dict[str, MetricResult], names: list[str]) -> str:
-    """``ttft-p99 0.21 ≤ 0.45; error-rate 0.002 ≤ 0.01`` for messages and Events."""
+    """``ttft-p99 0.21 ≤ 0.45; error-rate 0.002 ≤ 0.01`` for messages and Events, with the
+    sequential test's state where one ran (``slo-ttft-p99 0.9 (Fail: ≤ 0.45; 5/5 over 0.45 s,
+    p < 0.001: Fail)``)."""
     parts = []
     for n in names:
         r = results.get(n)
         if r is None:
             continue
         shown = "n/a" if r.value is None else f"{r.value:.4g}"
-        parts.append(f"{n} {shown} ({r.verdict}: {r.threshold})")
+        test = f"; {r.test}" if r.test else ""
+        parts.append(f"{n} {shown} ({r.verdict}: {r.threshold}{test})")
     return "; ".join(parts)
