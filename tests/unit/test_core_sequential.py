@@ -160,3 +160,11 @@ def test_the_two_sample_false_failure_rate_holds_under_the_null() -> None:
         fails += sq.two_sample(n_c, k_c, n_s, k_s, 1.5, sq.ErrorRates(0.01, 0.01)).verdict == "Fail"
     # 0.01 at most, with a 3-sigma allowance for sampling
     assert fails / trials <= 0.01 + 3 * math.sqrt(0.01 * 0.99 / trials)
+
+
+def test_huge_counts_neither_overflow_nor_lose_the_verdict() -> None:
+    # a busy canary over a long step: 10 million clean requests (ln LR ≈ -400000)
+    assert sq.bernoulli(1e7, 0, 0, 0.01, DEFAULT) == sq.Outcome("Pass", 10**7, 0, 1.0, 0)
+    assert sq.bernoulli(1e7, 1e6, 1e6, 0.01, DEFAULT).verdict == "Fail"
+    assert sq.two_sample(1e7, 0, 1e8, 1e5, 1.5, DEFAULT).verdict == "Inconclusive"
+    assert sq.two_sample(1e7, 1, 1e8, 1e5, 1.5, DEFAULT).p_value == 1.0

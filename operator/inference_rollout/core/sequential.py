@@ -77,6 +77,11 @@ def log_lr(bad: int, n: int, p0: float, p1: float) -> float:
     return bad * math.log(p1 / p0) + (n - bad) * math.log((1 - p1) / (1 - p0))
 
 
+def _p_value(log_lr_bad: float) -> float:
+    """1 / LR, at most 1 (a large negative log LR must not overflow ``exp``)."""
+    return 1.0 if log_lr_bad <= 0 else math.exp(-log_lr_bad)
+
+
 def _down(x: float) -> int:
     return max(0, math.floor(x + _SLACK))
 
@@ -97,7 +102,7 @@ def bernoulli(requests: float, sure_bad: float, possible_bad: float, p0: float,
     fail_bad = _down(sure_bad)
     fail_n = max(_up(requests), fail_bad)
     evidence_bad = log_lr(fail_bad, fail_n, p0, p1)
-    p_value = min(1.0, math.exp(-evidence_bad))
+    p_value = _p_value(evidence_bad)
     if evidence_bad >= math.log(1 / rates.alpha):
         return Outcome("Fail", fail_n, fail_bad, p_value, 0)
     pass_n = _down(requests)
@@ -129,7 +134,7 @@ def two_sample(canary_requests: float, canary_bad: float, stable_requests: float
     r1 = RELATIVE_ALTERNATIVE_FACTOR * max_ratio
     q1 = r1 * n_c / (r1 * n_c + n_s)
     evidence_bad = log_lr(k_c, k_c + k_s, q0, q1)
-    p_value = min(1.0, math.exp(-evidence_bad))
+    p_value = _p_value(evidence_bad)
     verdict: Literal["Fail", "Inconclusive"] = (
         "Fail" if evidence_bad >= math.log(1 / rates.alpha) else "Inconclusive")
     return Outcome(verdict, n_c, k_c, p_value, 0)
