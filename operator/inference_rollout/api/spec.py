@@ -341,6 +341,12 @@ class MetricSpec(Model):
         return self.max_ratio_to_stable is not None or self.min_ratio_to_stable is not None
 
 
+INCONCLUSIVE_NEEDS_LIMIT = (
+    "spec.analysis.onInconclusive: Rollback acts only after inconclusiveLimit; set one, "
+    "e.g. inconclusiveLimit: 2h"
+)
+
+
 class AnalysisSpec(Model):
     interval: Duration = "1m"
     prometheus: PrometheusSpec | None = None
@@ -373,6 +379,8 @@ class AnalysisSpec(Model):
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
             raise ValueError(f"spec.analysis.metrics: duplicate metric names {dupes}")
+        if self.on_inconclusive == "Rollback" and self.inconclusive_limit is None:
+            raise ValueError(INCONCLUSIVE_NEEDS_LIMIT)
         if (self.metrics or self.slo) and self.prometheus is None:
             raise ValueError(
                 "spec.analysis.prometheus: metrics or slo need a Prometheus address, e.g. "
