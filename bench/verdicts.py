@@ -22,7 +22,7 @@ import json
 import math
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
@@ -157,23 +157,38 @@ def release(rng: np.random.Generator, rule: str, rate: float, share: float, late
     return Release("promoted", t, seen)
 
 
+@dataclass(frozen=True)
+class Cell:
+    """One row of the table: N releases of one rule at one rate and one bad share."""
+
+    rule: str
+    rate: float
+    share: float
+    kind: str  # latency | errors
+    releases: int
+    rolled_back: int
+    promoted: int
+    no_verdict: int
+    median_s: float
+    p95_s: float
+    median_requests: float
+    p95_requests: float
+
+
 def cell(rule: str, rate: float, share: float, latency: bool, releases: int, interval: float,
-         step_limit: float, seed: int) -> dict[str, object]:
+         step_limit: float, seed: int) -> Cell:
     rng = np.random.default_rng(seed)
     runs = [release(rng, rule, rate, share, latency, interval, step_limit)
             for _ in range(releases)]
     decided = [r for r in runs if r.outcome != "no verdict"]
-    secs = np.array([r.seconds for r in decided]) if decided else np.array([math.nan])
-    reqs = np.array([r.requests for r in decided]) if decided else np.array([math.nan])
-    return {
-        "rule": rule, "rate": rate, "share": share, "kind": "latency" if latency else "errors",
-        "releases": releases,
-        "rolled_back": sum(r.outcome == "rolled back" for r in runs),
-        "promoted": sum(r.outcome == "promoted" for r in runs),
-        "no_verdict": sum(r.outcome == "no verdict" for r in runs),
-        "median_s": float(np.median(secs)), "p95_s": float(np.percentile(secs, 95)),
-        "median_requests": float(np.median(reqs)), "p95_requests": float(np.percentile(reqs, 95)),
-    }
+    secs = np.array([r.seconds for r in decided] or [math.nan])
+    reqs = np.array([float(r.requests) for r in decided] or [math.nan])
+    return Cell(rule, rate, share, "latency" if latency else "errors", releases,
+                sum(r.outcome == "rolled back" for r in runs),
+                sum(r.outcome == "promoted" for r in runs),
+                sum(r.outcome == "no verdict" for r in runs),
+                float(np.median(secs)), float(np.percentile(secs, 95)),
+                float(np.median(reqs)), float(np.percentile(reqs, 95)))
 
 
 def requests_to_fail_all_over() -> int:
@@ -193,23 +208,18 @@ def fmt_time(s: float) -> str:
     return f"{s / 3600:.1f} h" if s >= 5400 else f"{s / 60:.0f} min" if s >= 120 else f"{s:.0f} s"
 
 
-def table(rows: list[dict[str, object]]) -> str:
-    head = ("| rule | canary req/s | bad share | releases | rolled back | promoted | no verdict "
-            "| time to verdict: median / p95 | canary requests: median / p95 |\n"
-            "|---|---|---|---|---|---|---|---|---|")
-    lines = [head]
-    for r in rows:
-        kind = "over L" if r["kind"] == "latency" else "errors"
-        n = int(r["releases"])  # type: ignore[call-overload]
-
-        def pct(k: str, n: int = n, r: dict[str, object] = r) -> str:
-            return f"{100 * int(r[k]) / n:.1f}%"  # type: ignore[call-overload]
-        med_r, p95_r = r["median_requests"], r["p95_requests"]
-        reqs = "–" if math.isnan(med_r) else f"{med_r:.0f} / {p95_r:.0f}"  # type: ignore[arg-type]
-        lines.append(
-            f"| {r['rule']} | {r['rate']:g} | {100 * r['share']:g}% {kind} | {n} | "  # type: ignore[operator]
-            f"{pct('rolled_back')} | {pct('promoted')} | {pct('no_verdict')} | "
-            f"{fmt_time(r['median_s'])} / {fmt_time(r['p95_s'])} | {reqs} |")  # type: ignore[arg-type]
+def table(rows: list[Cell]) -> str:
+    lines = ["| rule | canary req/s | bad share | releases | rolled back | promoted | no verdict "
+             "| time to verdict: median / p95 | canary requests: median / p95 |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for c in rows:
+        kind = "over L" if c.kind == "latency" else "errors"
+        share = [f"{100 * k / c.releases:.1f}%" for k in (c.rolled_back, c.promoted, c.no_verdict)]
+        reqs = ("–" if math.isnan(c.median_requests)
+                else f"{c.median_requests:.0f} / {c.p95_requests:.0f}")
+        lines.append(f"| {c.rule} | {c.rate:g} | {100 * c.share:g}% {kind} | {c.releases} | "
+                     f"{' | '.join(share)} | {fmt_time(c.median_s)} / {fmt_time(c.p95_s)} | "
+                     f"{reqs} |")
     return "\n".join(lines)
 
 
@@ -240,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
     print(table(rows))
     print(f"({time.monotonic() - started:.0f} s)")
     if args.json:
-        args.json.write_text(json.dumps(rows, indent=1))
+        args.json.write_text(json.dumps([asdict(c) for c in rows], indent=1))
     return 0
 
 
