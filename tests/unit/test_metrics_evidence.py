@@ -107,3 +107,10 @@ def test_an_evidence_query_error_is_the_metrics_error_and_no_series_leaves_the_p
     assert (m.error, m.detail) == (MeasurementError.UNREACHABLE, "canary counts: refused")
     m = run(CountingSource({}, samples=100.0), metric(), since=AT - 60)
     assert m.evidence is None and m.error is None and m.value == 0.3
+
+
+def test_a_relative_latency_metric_counts_only_the_canary() -> None:
+    src = CountingSource({CANARY: BUCKETS, STABLE: BUCKETS})
+    m = run(src, metric(maxRatioToStable=1.5), since=AT - 60)
+    assert m.evidence is not None
+    assert sum(q.startswith("sum by (le)") for q in src.calls) == 1  # not the stable's buckets

@@ -3,6 +3,10 @@
 Three outcomes per measurement (DESIGN §4): Pass, Fail, and Error/Inconclusive.  Only Fail counts
 toward a rollback; Error and Inconclusive never promote, and too many Errors in a row follow the
 spec's policy.  A relative check compares the canary with the stable measured in the same window.
+
+Under the Sequential rule (``analysis.verdicts``) a measurement carries the counts accumulated
+over the step, and the ``max`` of a latency or error-rate template is decided by a sequential
+test (:mod:`.sequential`) instead of by the value; docs/metrics.md explains the maths.
 """
 
 from __future__ import annotations

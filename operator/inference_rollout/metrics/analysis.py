@@ -4,6 +4,10 @@ Only measuring happens here; verdicts are the pure core's job.  Each metric beco
 :class:`Measurement` whose ``error`` is None (a usable value), TOO_FEW_SAMPLES (inconclusive) or
 one of the error kinds.  All queries of one analysis run concurrently and are evaluated at the
 same instant, so canary and stable are compared over exactly the same window.
+
+Under the Sequential rule (``since`` given) that window is the step's evidence period, and the
+templates with counts also return them (:class:`Evidence`: a histogram's buckets, the error
+rate's errors and requests) for the core's sequential tests.
 """
 
 from __future__ import annotations
@@ -113,7 +117,9 @@ async def measure(
         window = format_window(span)
         min_samples = default_min_samples if m.min_samples is None else m.min_samples
         try:
-            plans[m.name] = {s: build_queries(m, revs[s], window, min_samples, since is not None)
+            # Counts of the stable too only where a two-sample test uses them (error rates).
+            plans[m.name] = {s: build_queries(m, revs[s], window, min_samples, since is not None
+                                              and (s == "canary" or m.template == "error-rate"))
                              for s in sides}
         except PlaceholderError as e:
             early[m.name] = Measurement(None, error=MeasurementError.BAD_QUERY, detail=str(e))
