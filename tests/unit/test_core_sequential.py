@@ -12,6 +12,8 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from scipy import stats
 
 from inference_rollout.core import sequential as sq
@@ -168,3 +170,34 @@ def test_huge_counts_neither_overflow_nor_lose_the_verdict() -> None:
     assert sq.bernoulli(1e7, 1e6, 1e6, 0.01, DEFAULT).verdict == "Fail"
     assert sq.two_sample(1e7, 0, 1e8, 1e5, 1.5, DEFAULT).verdict == "Inconclusive"
     assert sq.two_sample(1e7, 1, 1e8, 1e5, 1.5, DEFAULT).p_value == 1.0
+
+
+# --- properties over arbitrary counts ------------------------------------------------------------
+
+COUNTS = st.floats(0, 1e9, allow_nan=False)
+SHARES = st.floats(1e-6, 0.999, allow_nan=False)
+
+
+@given(COUNTS, COUNTS, COUNTS, SHARES)
+def test_any_counts_give_a_verdict_and_more_bad_never_helps(n: float, a: float, b: float,
+                                                            p0: float) -> None:
+    sure, possible = sorted((min(a, n), min(b, n)))
+    o = sq.bernoulli(n, sure, possible, p0, DEFAULT)
+    assert o.verdict in ("Pass", "Fail", "Inconclusive") and 0 <= o.p_value <= 1
+    worse = sq.bernoulli(n + 1, sure + 1, possible + 1, p0, DEFAULT)  # one more bad request
+    better = sq.bernoulli(n + 1, sure, possible, p0, DEFAULT)  # one more good request
+    assert o.verdict != "Fail" or worse.verdict == "Fail"
+    assert worse.verdict != "Pass" or o.verdict == "Pass"
+    assert o.verdict != "Pass" or better.verdict == "Pass"
+    assert better.verdict != "Fail" or o.verdict == "Fail"
+
+
+@given(st.lists(st.tuples(st.floats(1e-4, 1e4), COUNTS), max_size=30), SHARES.map(lambda x: x * 5))
+def test_any_histogram_splits_into_consistent_counts(pairs: list[tuple[float, float]],
+                                                     limit: float) -> None:
+    bounds = sorted({b for b, _ in pairs})
+    counts = sorted(c for _, c in pairs)[:len(bounds)]
+    buckets = (*zip(bounds, counts, strict=True), (math.inf, counts[-1] if counts else 0.0))
+    total, sure, possible = sq.exceedances(buckets, limit)
+    assert 0 <= sure <= possible <= total
+    sq.bernoulli(total, sure, possible, 0.01, DEFAULT)  # never raises
