@@ -4,14 +4,18 @@
 from __future__ import annotations
 
 import math
+import os
 import re
 from dataclasses import dataclass
 from typing import Any
 
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from tests.unit.coresim import Sim, manifest_spec, started
 
 from inference_rollout.api import reasons as r
-from inference_rollout.core.timeutil import from_iso
+from inference_rollout.api.duration import parse_duration
+from inference_rollout.core.timeutil import from_iso, seconds_since
 from inference_rollout.core.types import Evidence, Measurement, RecordEvent
 
 
@@ -108,3 +112,41 @@ def test_without_a_limit_an_undecided_step_waits() -> None:
     sim.run(1800)
     assert sim.status.paused_reason is None and not sim.status.aborted
     assert sim.status.analysis["errors"].verdict == "Inconclusive"
+
+
+@settings(max_examples=int(os.environ.get("PROPERTY_EXAMPLES", "100")), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from([0.02, 0.3, 2.0, 20.0]), st.sampled_from([0.0, 0.005, 0.03, 1.0]),
+       st.sampled_from([None, "2m", "10m"]), st.sampled_from(["Pause", "Rollback"]),
+       st.lists(st.sampled_from(["0s", "30s", "3m"]), min_size=2, max_size=2),
+       st.lists(st.floats(0.5, 120), min_size=30, max_size=200))
+def test_steps_end_only_on_a_pass_and_the_limit_acts_only_after_it(
+        rate: float, bad_share: float, limit: str | None, action: str, pauses: list[str],
+        waits: list[float]) -> None:
+    extra: dict[str, Any] = {}
+    if limit is not None:
+        extra = {"inconclusiveLimit": limit, "onInconclusive": action}
+    base = started(manifest_spec(
+        strategy={"steps": [{"weight": 5, "pause": pauses[0]}, {"weight": 30, "pause": pauses[1]},
+                            {"weight": 100}]},
+        analysis={"interval": "10s", "prometheus": {"address": "http://prom:9090"},
+                  "metrics": [{"name": "errors", "template": "error-rate", "max": 0.01}],
+                  **extra}))
+    sim = CountingSim(base.body, world=base.world, status=base.status, generation=base.generation,
+                      rate=rate, bad_share=bad_share)
+    sim.release("m2")
+    for wait in waits:
+        before = sim.status
+        d = sim.reconcile()
+        reasons = [a.reason for a in d.actions if isinstance(a, RecordEvent)]
+        if r.STEP_COMPLETE in reasons:  # on the verdict recorded in this very call
+            res = d.status.analysis.get("errors")
+            assert res is not None and res.verdict == "Pass", (reasons, res)
+        if r.INCONCLUSIVE_PAUSE in reasons:  # the pause's and the rollback's reason
+            held = seconds_since(before.step_started_at, sim.now)
+            assert limit is not None and held is not None and held >= parse_duration(limit)
+        if bad_share == 1.0:
+            assert r.PROMOTED not in reasons
+        if sim.status.aborted or sim.status.canary_revision is None:
+            break
+        sim.advance(wait)
