@@ -3,7 +3,7 @@ SHELL := /bin/bash
 PY ?= .venv/bin/python
 export GOTOOLCHAIN := local
 
-.PHONY: venv test unit lint sandbox-build sandbox-up sandbox-down crd demo bench
+.PHONY: venv test unit lint sandbox-build sandbox-up sandbox-down crd demo bench bench-verdicts
 
 venv: .venv/.installed
 .venv/.installed: pyproject.toml
@@ -48,3 +48,9 @@ bench: venv
 	$(PY) bench/rollback_latency.py
 	$(PY) bench/breach_to_rollback.py
 	$(PY) bench/scale.py --rollouts $(BENCH_SCALE)
+
+# Verdicts at low traffic (pure, no sandbox, a few minutes on one core): the Sequential rule
+# beside the Window rule over thousands of simulated releases; table in docs/benchmarks.md.
+VERDICT_RELEASES ?= 1000
+bench-verdicts: venv
+	$(PY) bench/verdicts.py --releases $(VERDICT_RELEASES) --json .sandbox/bench/verdicts.json

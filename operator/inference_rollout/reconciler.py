@@ -32,6 +32,7 @@ from .core.analysis import effective_metrics
 from .core.decide import IDLE_SECONDS, analysis_due, decide
 from .core.gate import evaluation_due
 from .core.revision import template_hash
+from .core.timeutil import from_iso
 from .core.types import (
     Action,
     Decision,
@@ -253,10 +254,14 @@ async def _measure(deps: Deps, spec: InferenceRolloutSpec, status: InferenceRoll
     except KubeError as e:
         return {m.name: Measurement(None, error=MeasurementError.UNREACHABLE,
                                     detail=f"Prometheus token: {e.message}") for m in metrics}
+    # The Sequential rule counts from when the step's weight was reached (until then the
+    # canary carries the previous step's weight: its last window is measured, as by Window).
+    started = from_iso(status.step_started_at) if spec.analysis.verdicts == "Sequential" else None
     return await measure(
         source, ns, name, status.canary_revision, status.stable_revision, metrics,
         parse_duration(spec.analysis.interval), spec.analysis.min_samples,
-        scrape_interval_s=parse_duration(spec.analysis.prometheus.scrape_interval))
+        scrape_interval_s=parse_duration(spec.analysis.prometheus.scrape_interval),
+        since=None if started is None else started.timestamp())
 
 
 async def _evaluate(deps: Deps, spec: InferenceRolloutSpec, status: InferenceRolloutStatus,

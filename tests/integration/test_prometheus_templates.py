@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -24,6 +25,8 @@ from tests.integration.fake_vllm_exporter import (
 )
 
 from inference_rollout.api.spec import MetricSpec
+from inference_rollout.core import analysis as an
+from inference_rollout.core import sequential as sq
 from inference_rollout.core.types import Measurement, MeasurementError
 from inference_rollout.metrics import NoData, PrometheusSource, measure
 
@@ -251,3 +254,48 @@ def test_source_numbers_straight_from_prometheus(prom_url: str) -> None:
     assert math.isinf(inf) and inf > 0  # like histogram_quantile's +Inf bucket: a real value
     with pytest.raises(NoData, match="NaN"):
         asyncio.run(go("vector(0) / 0"))  # like a quantile or ratio over a window with no traffic
+
+
+def run_since(url: str, metrics: list[MetricSpec], seconds: float) -> dict[str, Measurement]:
+    """measure() under the Sequential rule: evidence since ``seconds`` ago."""
+    async def go() -> dict[str, Measurement]:
+        async with PrometheusSource(url) as source:
+            return await measure(source, NS, ROLLOUT, CANARY, STABLE, metrics,
+                                 interval_s=WINDOW_S, default_min_samples=20,
+                                 scrape_interval_s=1.0, at=now, since=now - seconds)
+
+    now = time.time()
+    return asyncio.run(go())
+
+
+def test_sequential_counts_come_from_real_promql(prom_url: str) -> None:
+    ttft = MetricSpec(name="ttft", template="ttft-p99", max=0.45)  # canary at 0.4: (0.25, 0.5]
+    ttft_low = MetricSpec(name="ttft-low", template="ttft-p99", max=0.2)  # surely over
+    itl = MetricSpec(name="itl", template="itl-p99", max=0.3)  # new name (0.09) wins over 0.6
+    errors = MetricSpec(name="errors", template="error-rate", max=0.01)
+    rel = MetricSpec(name="rel", template="error-rate", max_ratio_to_stable=1.5)
+    got = run_since(prom_url, [ttft, ttft_low, itl, errors, rel], seconds=WINDOW_S)
+    for name, m in got.items():
+        assert m.evidence is not None and m.evidence.period_s == WINDOW_S, (name, m)
+
+    buckets = {n: m.evidence.buckets for n, m in got.items() if m.evidence is not None}
+    requests, sure, possible = sq.exceedances(buckets["ttft"], 0.45)
+    assert 60 <= requests <= 130  # ~10 requests/s for 8 s, extrapolated by increase()
+    assert sure == 0 and possible == pytest.approx(requests)  # all in the limit's bucket
+    _, sure_low, _ = sq.exceedances(buckets["ttft-low"], 0.2)
+    assert sure_low == pytest.approx(requests)
+    _, itl_over, _ = sq.exceedances(buckets["itl"], 0.3)
+    assert itl_over == 0  # the deprecated TPOT series (0.6 s) of the same pod is not counted
+
+    ev = got["errors"].evidence
+    assert ev is not None and ev.requests is not None and ev.errors is not None
+    assert ev.errors / ev.requests == pytest.approx(0.2, rel=1e-3)  # the HTTP view: 2 of 10
+    rel_ev = got["rel"].evidence
+    assert rel_ev is not None and rel_ev.stable_errors == 0 and rel_ev.stable_requests
+
+    rates = sq.error_rates(0.01, metrics=5, steps=4)
+    assert an.judge(ttft_low, got["ttft-low"], rates).verdict == "Fail"
+    assert an.judge(ttft, got["ttft"], rates).verdict == "Inconclusive"  # cannot tell 0.4 > 0.45
+    assert an.judge(errors, got["errors"], rates).verdict == "Fail"
+    # ITL counts tokens (4 per request here): ~320 clean observations pass
+    assert an.judge(itl, got["itl"], rates).verdict == "Pass"

@@ -55,6 +55,12 @@ def m(value: float | None, stable: float | None = None, samples: float | None = 
         ({"maxRatioToStable": 1.2}, m(0.0, stable=0.0), "Pass"),
         ({"maxRatioToStable": 1.2}, m(0.3, stable=0.0), "Inconclusive"),
         ({"minRatioToStable": 0.95}, m(0.3, stable=0.0), "Inconclusive"),
+        # stable off the scale (+Inf p99: slower than the largest bucket): no ratio means
+        # anything, so never Pass (+Inf vs +Inf, 5 vs +Inf); a canary at +Inf still fails
+        ({"maxRatioToStable": 1.2}, m(float("inf"), stable=float("inf")), "Inconclusive"),
+        ({"maxRatioToStable": 1.2}, m(5.0, stable=float("inf")), "Inconclusive"),
+        ({"minRatioToStable": 0.95}, m(5.0, stable=float("inf")), "Inconclusive"),
+        ({"maxRatioToStable": 1.2}, m(float("inf"), stable=5.0), "Fail"),
         # a relative check with no stable value cannot be judged
         ({"minRatioToStable": 0.95}, m(1.0, stable=None), "Error"),
         # an absolute breach still fails even when the ratio cannot be judged

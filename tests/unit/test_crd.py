@@ -120,6 +120,11 @@ VALID: list[tuple[str, dict[str, Any]]] = [
                           "analysis.slo": {"ttftP99": "300ms", "e2eP99": "20s"}})),
     ("swap with one surge pod", patched({"capacity": {"mode": "swap", "maxSurge": 1}})),
     ("explicit nulls are pruned", patched({"model": None, "evaluation": None})),
+    ("sequential verdicts with an inconclusive bound", patched({
+        "analysis.verdicts": "Sequential", "analysis.falseRollbackRate": 0.001,
+        "analysis.inconclusiveLimit": "2h", "analysis.onInconclusive": "Rollback",
+        "analysis.metrics.0.warmup": "30s"})),
+    ("window verdicts", patched({"analysis.verdicts": "Window"})),
 ]
 
 #: (id, manifest, message): rejected at apply time; the message (or the field path for schema
@@ -177,6 +182,13 @@ INVALID: list[tuple[str, dict[str, Any], str]] = [
      "spec.analysis.prometheus.address"),
     ("no template", patched({"template": DELETE}), "spec.template"),
     ("zero replicas", patched({"replicas": 0}), "spec.replicas"),
+    ("rollback on inconclusive without a limit", patched({"analysis.onInconclusive": "Rollback"}),
+     "spec.analysis.onInconclusive: Rollback acts only after inconclusiveLimit"),
+    ("false rollback rate 0", patched({"analysis.falseRollbackRate": 0}),
+     "spec.analysis.falseRollbackRate"),
+    ("false rollback rate 0.5", patched({"analysis.falseRollbackRate": 0.5}),
+     "spec.analysis.falseRollbackRate"),
+    ("unknown verdict rule", patched({"analysis.verdicts": "Bayesian"}), "spec.analysis.verdicts"),
 ]
 
 # --- a small emulation of the API server's create path ------------------------------------------

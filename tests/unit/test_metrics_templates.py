@@ -97,3 +97,5 @@ def test_docs_show_every_template_query_as_sent() -> None:
         assert re.sub(r"\s+", "", t.value("SEL", "W")) in doc, name
         if t.samples:
             assert re.sub(r"\s+", "", t.samples("SEL", "W")) in doc, f"{name} samples"
+        if t.evidence:
+            assert re.sub(r"\s+", "", t.evidence("SEL", "P")) in doc, f"{name} evidence"

@@ -37,7 +37,7 @@ from pydantic_core import core_schema
 
 from . import GROUP, KIND, PLURAL, SHORT_NAMES, SINGULAR, VERSION
 from .duration import DURATION_PATTERN
-from .spec import InferenceRolloutSpec
+from .spec import INCONCLUSIVE_NEEDS_LIMIT, InferenceRolloutSpec
 from .status import InferenceRolloutStatus
 
 JSON = dict[str, Any]
@@ -122,6 +122,11 @@ VALIDATIONS: Final[dict[RulePath, list[Rule]]] = {
             "&& (!has(self.metrics) || size(self.metrics) == 0))",
             "message": "spec.analysis.prometheus: metrics or slo need a Prometheus address, e.g. "
             "prometheus: {address: http://prometheus.monitoring:9090}",
+        },
+        {
+            "rule": "!has(self.onInconclusive) || self.onInconclusive != 'Rollback' "
+            "|| has(self.inconclusiveLimit)",
+            "message": INCONCLUSIVE_NEEDS_LIMIT,
         },
     ],
     ("spec", "analysis", "metrics"): [

@@ -66,6 +66,11 @@ EVALUATION_ERROR_LIMIT = "EvaluationErrorLimit"
 EVALUATION_ERROR_LIMIT_ABORT_MSG = (
     "rolled back: the business evaluation failed to run {count} times in a row: {detail}"
 )
+INCONCLUSIVE_ROLLBACK = "InconclusiveLimit"
+INCONCLUSIVE_ROLLBACK_MSG = (
+    "rolled back: the analysis was still undecided {limit} after the step's weight was "
+    "reached: {details}"
+)
 RETRY_REQUESTED = "RetryRequested"
 RETRY_REQUESTED_MSG = "retrying revision {canary} from step 1"
 
@@ -78,6 +83,13 @@ EVALUATION_ERROR_LIMIT_PAUSE_MSG = (
     "paused: the business evaluation failed to run {count} times in a row: {detail}; "
     "resume to retry"
 )
+INCONCLUSIVE_PAUSE = "InconclusiveLimit"
+INCONCLUSIVE_PAUSE_MSG = (
+    "paused: the analysis is still undecided {limit} after the step's weight was reached: "
+    "{details}; it continues by itself once every metric passes (or promote to skip)"
+)
+INCONCLUSIVE_RESOLVED = "InconclusiveResolved"
+INCONCLUSIVE_RESOLVED_MSG = "every metric has a verdict again: the inconclusive pause is lifted"
 MANUAL_STEP = "WaitingForPromote"
 MANUAL_STEP_MSG = "step {step}/{steps} held; promote to continue"
 

@@ -312,7 +312,11 @@ class MetricSpec(Model):
     min_samples: int | None = Field(
         None, ge=0, description="Requests the window must hold; fewer is inconclusive."
     )
-    window: Duration | None = Field(None, description="Rate window; default: the interval.")
+    window: Duration | None = Field(
+        None, description="Rate window of the Window rule; default: the interval.")
+    warmup: Duration | None = Field(
+        None, description="Sequential rule: ignore this long after the step's weight is reached "
+        "(cold caches); evidence counts from then on.")
 
     @model_validator(mode="after")
     def _source_and_threshold(self) -> MetricSpec:
@@ -337,6 +341,12 @@ class MetricSpec(Model):
         return self.max_ratio_to_stable is not None or self.min_ratio_to_stable is not None
 
 
+INCONCLUSIVE_NEEDS_LIMIT = (
+    "spec.analysis.onInconclusive: Rollback acts only after inconclusiveLimit; set one, "
+    "e.g. inconclusiveLimit: 2h"
+)
+
+
 class AnalysisSpec(Model):
     interval: Duration = "1m"
     prometheus: PrometheusSpec | None = None
@@ -350,6 +360,16 @@ class AnalysisSpec(Model):
     )
     consecutive_error_limit: int = Field(4, ge=1)
     on_error_limit: Literal["Pause", "Abort"] = "Pause"
+    verdicts: Literal["Sequential", "Window"] = Field(
+        "Sequential", description="Sequential: each verdict uses all evidence since the step's "
+        "weight was reached, decided by sequential tests; Window: the last window only.")
+    false_rollback_rate: float = Field(
+        0.01, gt=0, le=0.2, description="Sequential rule: the chance that a release whose "
+        "metrics all hold is rolled back (per release, all metrics and steps together).")
+    inconclusive_limit: Duration | None = Field(
+        None, description="A step whose metrics are still undecided this long after its weight "
+        "was reached follows onInconclusive.")
+    on_inconclusive: Literal["Pause", "Rollback"] = "Pause"
 
     @model_validator(mode="after")
     def _rules(self) -> AnalysisSpec:
@@ -359,6 +379,8 @@ class AnalysisSpec(Model):
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
             raise ValueError(f"spec.analysis.metrics: duplicate metric names {dupes}")
+        if self.on_inconclusive == "Rollback" and self.inconclusive_limit is None:
+            raise ValueError(INCONCLUSIVE_NEEDS_LIMIT)
         if (self.metrics or self.slo) and self.prometheus is None:
             raise ValueError(
                 "spec.analysis.prometheus: metrics or slo need a Prometheus address, e.g. "

@@ -49,6 +49,16 @@ class MetricResult(StatusModel):
     consecutive_failures: int = 0
     consecutive_errors: int = 0
     passes: int = 0
+    requests: float | None = Field(
+        None, description="Canary requests counted by the sequential test this step.")
+    bad_requests: float | None = Field(
+        None, description="Of those, over the limit (latency) or failed (error rate).")
+    test: str | None = Field(
+        None, description="The sequential test's state, e.g. `5/5 over 0.45 s, p < 0.001: Fail`.")
+    requests_to_verdict: int | None = Field(
+        None, description="More canary requests, none bad, that a Pass still needs.")
+    request_rate: float | None = Field(
+        None, description="Canary requests per second over the evidence period.")
 
 
 class EvaluationResult(StatusModel):

@@ -36,6 +36,10 @@ def render_rollout(body: dict[str, Any]) -> str:
             verdict = r.get("verdict") or "-"
             lines.append(f"  {name:<22} {value:>10} {stable:>10}  {verdict:<12} "
                          f"{r.get('threshold', '')}")
+            if r.get("test"):  # the Sequential rule's evidence: counts, p, requests to go
+                rate = r.get("requestRate")
+                shown = f" at {rate:.3g} req/s" if rate else ""
+                lines.append(f"  {'':<22} {r['test']}{shown}")
     ev = st.get("evaluation")
     if ev:
         def pts(v: Any) -> str:

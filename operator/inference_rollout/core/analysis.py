@@ -3,20 +3,30 @@
 Three outcomes per measurement (DESIGN §4): Pass, Fail, and Error/Inconclusive.  Only Fail counts
 toward a rollback; Error and Inconclusive never promote, and too many Errors in a row follow the
 spec's policy.  A relative check compares the canary with the stable measured in the same window.
+
+Under the Sequential rule (``analysis.verdicts``) a measurement carries the counts accumulated
+over the step, and the ``max`` of a latency or error-rate template is decided by a sequential
+test (:mod:`.sequential`) instead of by the value; docs/metrics.md explains the maths.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from datetime import datetime
 
+from ..api.duration import format_duration
 from ..api.effective import effective_metrics, slo_metrics
 from ..api.spec import AnalysisSpec, MetricSpec
 from ..api.status import MetricResult, Verdict
+from . import sequential as sq
 from .timeutil import to_iso
 from .types import Measurement, MeasurementError
 
 __all__ = ["effective_metrics", "slo_metrics"]  # re-exported: verdicts and queries share one list
+
+#: Histogram templates whose ``max`` is a p99 limit, tested by counting exceedances.
+LATENCY_TEMPLATES = frozenset({"ttft-p99", "itl-p99", "e2e-p99"})
 
 def describe_threshold(metric: MetricSpec) -> str:
     parts = []
@@ -35,23 +45,51 @@ def describe_threshold(metric: MetricSpec) -> str:
 class Judgement:
     verdict: Verdict
     why: str
+    test: sq.Outcome | None = None  # the sequential test behind the verdict, if one ran
+    test_text: str | None = None
 
 
-def judge(metric: MetricSpec, m: Measurement) -> Judgement:
-    """The verdict of one measurement against one metric's thresholds."""
+def judge(metric: MetricSpec, m: Measurement, rates: sq.ErrorRates | None = None) -> Judgement:
+    """The verdict of one measurement against one metric's thresholds.
+
+    With ``rates`` (the Sequential rule) and evidence counted, the ``max`` of a latency or
+    error-rate template is decided by a sequential test (:mod:`.sequential`); every other
+    threshold by comparing the point estimate over the same period.  The verdict is Fail if any
+    part fails, Pass if all pass, else Inconclusive.
+    """
+    if m.error is not None and m.error is not MeasurementError.TOO_FEW_SAMPLES:
+        return Judgement("Error", f"{m.error.value} {m.detail}".strip())
+    seq = _sequential(metric, m, rates) if rates is not None else None
+    if seq is not None and seq.covers_all:
+        return Judgement(seq.outcome.verdict, seq.text, seq.outcome, seq.text)
+    point = _point(metric, m, skip_max=seq is not None and seq.covers_max)
+    if seq is None:
+        return point
+    parts = [point, Judgement(seq.outcome.verdict, seq.text)]
+    verdict: Verdict = ("Fail" if any(p.verdict == "Fail" for p in parts) else
+                        "Pass" if all(p.verdict == "Pass" for p in parts) else "Inconclusive")
+    return Judgement(verdict, "; ".join(p.why for p in parts), seq.outcome, seq.text)
+
+
+def _point(metric: MetricSpec, m: Measurement, skip_max: bool = False) -> Judgement:
+    """The point estimate against the thresholds (the Window rule, and non-count metrics)."""
     if m.error is MeasurementError.TOO_FEW_SAMPLES:
+        if m.samples is None and m.detail:  # not counted at all yet (the step's first scrapes)
+            return Judgement("Inconclusive", m.detail)
         return Judgement("Inconclusive", f"too few samples ({m.samples or 0:g})")
-    if m.error is not None or m.value is None:
-        kind = (m.error or MeasurementError.NO_DATA).value
-        return Judgement("Error", f"{kind} {m.detail}".strip())
+    if m.value is None:
+        return Judgement("Error", f"{MeasurementError.NO_DATA.value} {m.detail}".strip())
     breaches = []
-    if metric.max is not None and m.value > metric.max:
+    if metric.max is not None and not skip_max and m.value > metric.max:
         breaches.append(f"{m.value:g} > {metric.max:g}")
     if metric.min is not None and m.value < metric.min:
         breaches.append(f"{m.value:g} < {metric.min:g}")
     if metric.is_relative():
         if m.stable_value is None:
             return Judgement("Error", "no stable value to compare with")
+        if not math.isfinite(m.stable_value):
+            # Stable off the histogram's scale: no ratio means anything (+Inf vs +Inf, 5 vs +Inf).
+            return Judgement("Inconclusive", f"stable is {m.stable_value:g}, ratio undefined")
         if m.stable_value == 0:
             # A ratio to zero says nothing: equal zeros pass, anything else is undecidable.
             if m.value == 0:
@@ -67,12 +105,60 @@ def judge(metric: MetricSpec, m: Measurement) -> Judgement:
     return Judgement("Pass", f"{m.value:g} {describe_threshold(metric)}")
 
 
+@dataclass(frozen=True)
+class _Sequential:
+    outcome: sq.Outcome
+    text: str
+    covers_max: bool  # the test decides the metric's ``max``
+    covers_all: bool  # … and the metric has no other threshold
+
+
+def _sequential(metric: MetricSpec, m: Measurement, rates: sq.ErrorRates) -> _Sequential | None:
+    """The sequential test for this metric's counts, or None when it has none."""
+    ev = m.evidence
+    if ev is None or metric.template is None:
+        return None
+    others = metric.min is not None or metric.min_ratio_to_stable is not None
+    if metric.template in LATENCY_TEMPLATES and ev.buckets and metric.max is not None:
+        requests, sure, possible = sq.exceedances(ev.buckets, metric.max)
+        o = sq.bernoulli(requests, sure, possible, sq.P99_EXCEEDANCE, rates)
+        what = f"over {metric.max:g} s"
+        return _Sequential(o, _test_text(o, what), True, not others and not metric.is_relative())
+    if metric.template != "error-rate" or ev.requests is None or ev.errors is None:
+        return None
+    if metric.max is not None and sq.testable(metric.max):
+        o = sq.bernoulli(ev.requests, ev.errors, ev.errors, metric.max, rates)
+        return _Sequential(o, _test_text(o, "failed"), True,
+                           not others and not metric.is_relative())
+    if (metric.max_ratio_to_stable is not None and ev.stable_requests is not None
+            and ev.stable_errors is not None):
+        o = sq.two_sample(ev.requests, ev.errors, ev.stable_requests, ev.stable_errors,
+                          metric.max_ratio_to_stable, rates)
+        return _Sequential(o, _test_text(o, f"failed (stable {ev.stable_errors:.0f}/"
+                                            f"{ev.stable_requests:.0f})"), False, False)
+    return None
+
+
+def _test_text(o: sq.Outcome, what: str) -> str:
+    """``5/5 over 0.45 s, p < 0.001: Fail``; ``≤ 2/300 …: Pass``; ``… : Inconclusive (≥ 60 more
+    requests to pass)``."""
+    counted = f"{o.bad}/{o.requests} {what}" if o.verdict == "Fail" else (
+        f"≤ {o.bad}/{o.requests} {what}")
+    tail = f" (≥ {o.more_requests} more requests to pass)" if o.more_requests else ""
+    return f"{counted}, {sq.describe_p(o.p_value)}: {o.verdict}{tail}"
+
+
 def record(
-    metric: MetricSpec, previous: MetricResult | None, m: Measurement, now: datetime
+    metric: MetricSpec, previous: MetricResult | None, m: Measurement, now: datetime,
+    rates: sq.ErrorRates | None = None,
 ) -> MetricResult:
     """The metric's new status entry: the latest values and verdict, and updated counters."""
-    j = judge(metric, m)
+    j = judge(metric, m, rates)
     prev = previous or MetricResult()
+    ev = m.evidence
+    counted = None if ev is None else ev.buckets[-1][1] if ev.buckets else ev.requests
+    rate = (counted / ev.period_s if j.test is not None and ev is not None and counted is not None
+            and ev.period_s > 0 else None)
     return MetricResult(
         value=m.value,
         stable_value=m.stable_value,
@@ -84,7 +170,19 @@ def record(
         consecutive_failures=prev.consecutive_failures + 1 if j.verdict == "Fail" else 0,
         consecutive_errors=prev.consecutive_errors + 1 if j.verdict == "Error" else 0,
         passes=prev.passes + 1 if j.verdict == "Pass" else prev.passes,
+        requests=None if j.test is None else j.test.requests,
+        bad_requests=None if j.test is None else j.test.bad,
+        test=j.test_text,
+        requests_to_verdict=None if j.test is None else j.test.more_requests,
+        request_rate=None if rate is None else round(rate, 4),
     )
+
+
+def rates_for(analysis: AnalysisSpec, steps: int) -> sq.ErrorRates | None:
+    """The sequential tests' per-test error rates, or None under the Window rule."""
+    if analysis.verdicts != "Sequential":
+        return None
+    return sq.error_rates(analysis.false_rollback_rate, len(effective_metrics(analysis)), steps)
 
 
 def failed(analysis: AnalysisSpec, results: dict[str, MetricResult]) -> list[str]:
@@ -98,13 +196,36 @@ def erroring(analysis: AnalysisSpec, results: dict[str, MetricResult]) -> list[s
     return sorted(n for n, r in results.items() if r.consecutive_errors >= limit)
 
 
+def still_needed(results: dict[str, MetricResult], names: list[str]) -> str:
+    """``slo-ttft-p99 needs ≥ 140 more canary requests (about 23m at 0.1/s)`` for each of
+    ``names``, so a person knows whether waiting can help."""
+    parts = []
+    for n in names:
+        res = results.get(n)
+        more = res.requests_to_verdict if res is not None else None
+        if res is None:
+            parts.append(f"{n} not measured yet")
+        elif not more:
+            parts.append(f"{n} {res.verdict}: {res.error or 'no count-based test'}")
+        elif res.request_rate:
+            parts.append(f"{n} needs ≥ {more} more canary requests (about "
+                         f"{format_duration(more / res.request_rate)} at "
+                         f"{res.request_rate:.3g}/s)")
+        else:
+            parts.append(f"{n} needs ≥ {more} more canary requests (none arrive now)")
+    return "; ".join(parts)
+
+
 def summarise(results: dict[str, MetricResult], names: list[str]) -> str:
-    """``ttft-p99 0.21 ≤ 0.45; error-rate 0.002 ≤ 0.01`` for messages and Events."""
+    """``ttft-p99 0.21 ≤ 0.45; error-rate 0.002 ≤ 0.01`` for messages and Events, with the
+    sequential test's state where one ran (``slo-ttft-p99 0.9 (Fail: ≤ 0.45; 5/5 over 0.45 s,
+    p < 0.001: Fail)``)."""
     parts = []
     for n in names:
         r = results.get(n)
         if r is None:
             continue
         shown = "n/a" if r.value is None else f"{r.value:.4g}"
-        parts.append(f"{n} {shown} ({r.verdict}: {r.threshold})")
+        test = f"; {r.test}" if r.test else ""
+        parts.append(f"{n} {shown} ({r.verdict}: {r.threshold}{test})")
     return "; ".join(parts)

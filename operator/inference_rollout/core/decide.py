@@ -338,18 +338,20 @@ def _analyse(run: _Run) -> bool:
     """Record the measurements; roll back or pause per the verdicts.  True when rolled back."""
     st, spec = run.status, run.spec
     assert run.world.measurements is not None
+    rates = an.rates_for(spec.analysis, len(spec.strategy.steps))
     for metric in an.effective_metrics(spec.analysis):
         m = run.world.measurements.get(metric.name)
         if m is None:
             continue
         before = st.analysis.get(metric.name)
-        after = an.record(metric, before, m, run.now)
+        after = an.record(metric, before, m, run.now, rates)
         st.analysis[metric.name] = after
         if before is None or before.verdict != after.verdict:
             shown = "n/a" if after.value is None else f"{after.value:.4g}"
             run.event("Warning" if after.verdict == "Fail" else "Normal", r.VERDICT_CHANGED,
                       r.VERDICT_CHANGED_MSG.format(metric=metric.name, verdict=after.verdict,
-                                                   value=shown, threshold=after.threshold))
+                                                   value=shown, threshold=after.threshold
+                                                   + (f"; {after.test}" if after.test else "")))
     st.last_analysis_at = to_iso(run.now)
     failing = an.failed(spec.analysis, st.analysis)
     if failing:
@@ -368,6 +370,36 @@ def _analyse(run: _Run) -> bool:
             st.paused_reason = r.ERROR_LIMIT
             run.event("Warning", r.ERROR_LIMIT,
                       r.ERROR_LIMIT_PAUSE_MSG.format(details=details, count=count))
+    return _bound_inconclusive(run)
+
+
+def _bound_inconclusive(run: _Run) -> bool:
+    """``inconclusiveLimit``: a step whose metrics are still undecided that long after its
+    weight was reached pauses (lifted by itself once every metric passes) or rolls back.  True
+    when rolled back."""
+    st, analysis = run.status, run.spec.analysis
+    names = [m.name for m in an.effective_metrics(analysis)]
+    undecided = [n for n in names if (res := st.analysis.get(n)) is None
+                 or res.verdict == "Inconclusive"]
+    if st.paused_reason == r.INCONCLUSIVE_PAUSE and not undecided:
+        st.paused_reason = None
+        run.event("Normal", r.INCONCLUSIVE_RESOLVED, r.INCONCLUSIVE_RESOLVED_MSG)
+        return False
+    waited = seconds_since(st.step_started_at, run.now)
+    if analysis.inconclusive_limit is None or waited is None or not undecided:
+        return False
+    limit = parse_duration(analysis.inconclusive_limit)
+    if waited < limit:
+        return False
+    details = an.still_needed(st.analysis, undecided)
+    if analysis.on_inconclusive == "Rollback":
+        _abort(run, r.INCONCLUSIVE_ROLLBACK, r.INCONCLUSIVE_ROLLBACK_MSG.format(
+            limit=format_duration(limit), details=details))
+        return True
+    if st.paused_reason is None:
+        st.paused_reason = r.INCONCLUSIVE_PAUSE
+        run.event("Warning", r.INCONCLUSIVE_PAUSE, r.INCONCLUSIVE_PAUSE_MSG.format(
+            limit=format_duration(limit), details=details))
     return False
 
 

@@ -37,14 +37,36 @@ class MeasurementError(StrEnum):
 
 
 @dataclass(frozen=True)
+class Evidence:
+    """Counts accumulated over the step (since its weight was reached, minus warmup) for the
+    sequential tests.  Prometheus ``increase()`` extrapolates, so counts may be fractional.
+
+    ``buckets``: a latency histogram's cumulative counts as ``(upper bound, count)`` pairs,
+    ascending, the last bound ``inf`` (its count is every request).  ``requests``/``errors``:
+    finished requests and failed ones (the ``error-rate`` template), and the same for the stable
+    where the check is relative.
+    """
+
+    period_s: float
+    buckets: tuple[tuple[float, float], ...] = ()
+    requests: float | None = None
+    errors: float | None = None
+    stable_requests: float | None = None
+    stable_errors: float | None = None
+
+
+@dataclass(frozen=True)
 class Measurement:
-    """One metric measured once, for the canary and (for relative checks) the stable."""
+    """One metric measured once, for the canary and (for relative checks) the stable.
+
+    ``evidence`` is present when the sequential rule counted requests for this metric."""
 
     value: float | None
     stable_value: float | None = None
     samples: float | None = None
     error: MeasurementError | None = None
     detail: str = ""
+    evidence: Evidence | None = None
 
 
 @dataclass(frozen=True)

@@ -4,26 +4,35 @@ Only measuring happens here; verdicts are the pure core's job.  Each metric beco
 :class:`Measurement` whose ``error`` is None (a usable value), TOO_FEW_SAMPLES (inconclusive) or
 one of the error kinds.  All queries of one analysis run concurrently and are evaluated at the
 same instant, so canary and stable are compared over exactly the same window.
+
+Under the Sequential rule (``since`` given) that window is the step's evidence period, and the
+templates with counts also return them (:class:`Evidence`: a histogram's buckets, the error
+rate's errors and requests) for the core's sequential tests.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..api.duration import parse_duration
 from ..api.spec import MetricSpec
-from ..core.types import Measurement, MeasurementError
+from ..core.types import Evidence, Measurement, MeasurementError
 from .promql import PlaceholderError, Revision, format_window, substitute
 from .source import MetricQueryError, MetricSource, NoData
-from .templates import _REQUESTS, TEMPLATES
+from .templates import _REQUESTS, ERROR_PARTS, TEMPLATES
 
 #: A rate() window must hold several scrapes to be stable; 4 × the scrape interval is
 #: Prometheus' and Grafana's ($__rate_interval) rule of thumb.  Shorter windows are raised to it.
 SCRAPE_INTERVALS_PER_WINDOW = 4
 
-Outcome = float | MetricQueryError
+Outcome = float | dict[str, float] | MetricQueryError
+
+
+#: The Sequential rule queries a step's evidence once it spans this many scrapes.
+EVIDENCE_MIN_SCRAPES = 2
 
 
 @dataclass(frozen=True)
@@ -32,6 +41,8 @@ class Queries:
 
     value: str
     samples: str | None
+    evidence: str | None = None  # the Sequential rule's counts, a vector by evidence_label
+    evidence_label: str = ""
 
 
 def window_seconds(metric: MetricSpec, interval_s: float, scrape_interval_s: float) -> int:
@@ -40,8 +51,10 @@ def window_seconds(metric: MetricSpec, interval_s: float, scrape_interval_s: flo
     return max(1, round(wanted), round(SCRAPE_INTERVALS_PER_WINDOW * scrape_interval_s))
 
 
-def build_queries(metric: MetricSpec, rev: Revision, window: str, min_samples: int) -> Queries:
-    """The value and sample-guard queries of ``metric`` for ``rev``.
+def build_queries(metric: MetricSpec, rev: Revision, window: str, min_samples: int,
+                  counts: bool = False) -> Queries:
+    """The value and sample-guard queries of ``metric`` for ``rev`` (and, with ``counts``, the
+    template's evidence query for the sequential tests).
 
     Custom queries get the request-count guard only when they set ``minSamples`` themselves: the
     analysis-wide default exists for the request-based templates, and a custom query may measure
@@ -51,6 +64,9 @@ def build_queries(metric: MetricSpec, rev: Revision, window: str, min_samples: i
     if metric.template is not None:
         t = TEMPLATES[metric.template]
         samples = t.samples(sel, window) if t.samples and min_samples > 0 else None
+        if counts and t.evidence is not None:
+            return Queries(t.value(sel, window), samples, t.evidence(sel, window),
+                           t.evidence_label)
         return Queries(t.value(sel, window), samples)
     assert metric.query is not None  # MetricSpec guarantees exactly one of template/query
     guard = metric.min_samples is not None and metric.min_samples > 0
@@ -69,15 +85,22 @@ async def measure(
     *,
     scrape_interval_s: float = 30.0,
     at: float | None = None,
+    since: float | None = None,
 ) -> dict[str, Measurement]:
     """Measure ``metrics`` for the canary revision (and the stable one where a metric is
-    relative).  Never raises for Prometheus trouble: that is reported per metric."""
+    relative).  Never raises for Prometheus trouble: that is reported per metric.
+
+    ``since`` (unix seconds; the Sequential rule): when the step's weight was reached.  Every
+    query then spans ``[since + warmup, at]`` instead of the last window, and templates with
+    counts also return them (:class:`Evidence`) for the sequential tests.
+    """
     at = time.time() if at is None else at
     revs = {"canary": Revision(namespace, rollout, canary_rev)}
     if stable_rev is not None:
         revs["stable"] = Revision(namespace, rollout, stable_rev)
 
     plans: dict[str, dict[str, Queries]] = {}
+    windows: dict[str, int] = {}
     early: dict[str, Measurement] = {}
     for m in metrics:
         sides = ["canary", "stable"] if m.is_relative() else ["canary"]
@@ -86,10 +109,18 @@ async def measure(
                 None, error=MeasurementError.NO_DATA, detail="no stable revision to compare with"
             )
             continue
-        window = format_window(window_seconds(m, interval_s, scrape_interval_s))
+        span = _span(m, interval_s, scrape_interval_s, at, since)
+        if isinstance(span, Measurement):
+            early[m.name] = span
+            continue
+        windows[m.name] = span
+        window = format_window(span)
         min_samples = default_min_samples if m.min_samples is None else m.min_samples
         try:
-            plans[m.name] = {s: build_queries(m, revs[s], window, min_samples) for s in sides}
+            # Counts of the stable too only where a two-sample test uses them (error rates).
+            plans[m.name] = {s: build_queries(m, revs[s], window, min_samples, since is not None
+                                              and (s == "canary" or m.template == "error-rate"))
+                             for s in sides}
         except PlaceholderError as e:
             early[m.name] = Measurement(None, error=MeasurementError.BAD_QUERY, detail=str(e))
 
@@ -99,11 +130,10 @@ async def measure(
         (name, side, kind)
         for name, sides in plans.items()
         for side, q in sides.items()
-        for kind in ("value", "samples")
-        if kind == "value" or q.samples is not None
+        for kind in ("value", "samples", "evidence")
+        if kind == "value" or getattr(q, kind) is not None
     ]
-    texts = [getattr(plans[n][s], k) for n, s, k in keys]
-    results = await asyncio.gather(*(_run(source, q, at) for q in texts))
+    results = await asyncio.gather(*(_run(source, plans[n][s], k, at) for n, s, k in keys))
     outcomes = dict(zip(keys, results, strict=True))
 
     out: dict[str, Measurement] = {}
@@ -112,22 +142,67 @@ async def measure(
             out[m.name] = early[m.name]
             continue
         min_samples = default_min_samples if m.min_samples is None else m.min_samples
-        window = format_window(window_seconds(m, interval_s, scrape_interval_s))
-        out[m.name] = _combine(
-            {s: outcomes[(m.name, s, "value")] for s in plans[m.name]},
-            {s: outcomes[(m.name, s, "samples")] for s in plans[m.name]
-             if (m.name, s, "samples") in outcomes},
-            min_samples,
-            window,
-        )
+
+        def side_outcomes(kind: str, name: str = m.name) -> dict[str, Outcome]:
+            return {s: outcomes[(name, s, kind)] for s in plans[name]
+                    if (name, s, kind) in outcomes}
+
+        measured = _combine(side_outcomes("value"), side_outcomes("samples"), min_samples,
+                            format_window(windows[m.name]))
+        out[m.name] = with_evidence(measured, side_outcomes("evidence"), windows[m.name])
     return out
 
 
-async def _run(source: MetricSource, promql: str, at: float) -> Outcome:
+def _span(metric: MetricSpec, interval_s: float, scrape_interval_s: float, at: float,
+          since: float | None) -> int | Measurement:
+    """The seconds every query of ``metric`` spans, or an Inconclusive measurement while the
+    step's evidence period is too short to query (``increase()`` needs two scrapes in range)."""
+    if since is None:
+        return window_seconds(metric, interval_s, scrape_interval_s)
+    warmup = parse_duration(metric.warmup) if metric.warmup else 0.0
+    period = at - (since + warmup)
+    if period < EVIDENCE_MIN_SCRAPES * scrape_interval_s:
+        what = "warming up" if period < 0 else "collecting"
+        return Measurement(None, error=MeasurementError.TOO_FEW_SAMPLES, detail=(
+            f"{what}: evidence counts from {format_window(round(warmup))} after the step's "
+            f"weight and needs {EVIDENCE_MIN_SCRAPES} scrapes"))
+    return max(1, math.floor(period))
+
+
+async def _run(source: MetricSource, queries: Queries, kind: str, at: float) -> Outcome:
     try:
+        if kind == "evidence":
+            assert queries.evidence is not None
+            return await source.query_vector(queries.evidence, queries.evidence_label, at)
+        promql = getattr(queries, kind)
         return await source.query(promql, at)
     except MetricQueryError as e:
         return e
+
+
+def with_evidence(m: Measurement, evidence: dict[str, Outcome], period_s: int) -> Measurement:
+    """``m`` with the counts of its evidence queries attached.
+
+    A query error there is the metric's error (as for its value), unless the metric already
+    has one; no counts (an empty vector: no series yet) leave the point comparison to decide.
+    """
+    if not evidence or (m.error is not None
+                        and m.error is not MeasurementError.TOO_FEW_SAMPLES):
+        return m
+    for side, o in evidence.items():
+        if isinstance(o, MetricQueryError) and not isinstance(o, NoData):
+            return replace(m, error=o.kind, detail=f"{side} counts: {o.message}")
+    canary = evidence.get("canary")
+    if not isinstance(canary, dict):
+        return m
+    stable = evidence.get("stable")
+    if _is_histogram(canary):
+        return replace(m, evidence=Evidence(period_s, buckets=_cumulative(canary)))
+    requests, errors = _error_view(canary)
+    stable_counts = _error_view(stable) if isinstance(stable, dict) else (None, None)
+    return replace(m, evidence=Evidence(period_s, requests=requests, errors=errors,
+                                        stable_requests=stable_counts[0],
+                                        stable_errors=stable_counts[1]))
 
 
 def _combine(
@@ -168,3 +243,34 @@ def _combine(
         if isinstance(o, NoData):
             return Measurement(canary, stable, count, MeasurementError.NO_DATA, f"{s}: {o.message}")
     return Measurement(canary, stable, count, None, f"window {window}")
+
+
+def _is_histogram(counts: dict[str, float]) -> bool:
+    return not set(counts) & set(ERROR_PARTS)
+
+
+def _finite(x: float | None) -> float:
+    return x if x is not None and math.isfinite(x) else 0.0
+
+
+def _cumulative(by_le: dict[str, float]) -> tuple[tuple[float, float], ...]:
+    """``{le: count}`` → ascending ``(bound, count)`` pairs ending at ``inf``."""
+    pairs = sorted((float(le), _finite(c)) for le, c in by_le.items())
+    if not pairs or pairs[-1][0] != math.inf:
+        pairs.append((math.inf, max((c for _, c in pairs), default=0.0)))
+    return tuple(pairs)
+
+
+def _error_view(parts: dict[str, float]) -> tuple[float | None, float | None]:
+    """(requests, errors) of the view with the larger error share, as the error-rate's value
+    takes the larger of the engine and HTTP views.  A view without requests does not count."""
+    views = []
+    for view in ("engine", "http"):
+        requests = _finite(parts.get(f"{view}_requests"))
+        if requests > 0:
+            errors = min(requests, _finite(parts.get(f"{view}_errors")))
+            views.append((errors / requests, requests, errors))
+    if not views:
+        return (0.0, 0.0) if parts else (None, None)
+    _, requests, errors = max(views)
+    return requests, errors

@@ -57,6 +57,15 @@ class MetricSource(Protocol):
         """
         ...
 
+    async def query_vector(self, promql: str, label: str, at: float | None = None
+                           ) -> dict[str, float]:
+        """Every series of ``promql`` as ``{value of label: number}`` (NaN kept as NaN).
+
+        Raises :class:`NoData` for an empty vector, :class:`BadQuery` when a series lacks
+        ``label`` or the result is not a vector, :class:`Unreachable` as :meth:`query`.
+        """
+        ...
+
 
 # Prometheus API error types that mean "your query is wrong" rather than "try again later".
 _QUERY_ERROR_TYPES = frozenset({"bad_data", "execution"})
@@ -103,6 +112,13 @@ class PrometheusSource:
         await self.aclose()
 
     async def query(self, promql: str, at: float | None = None) -> float:
+        return _single_value(await self._data(promql, at))
+
+    async def query_vector(self, promql: str, label: str, at: float | None = None
+                           ) -> dict[str, float]:
+        return _by_label(await self._data(promql, at), label)
+
+    async def _data(self, promql: str, at: float | None) -> dict[str, Any]:
         form = {"query": promql, "timeout": f"{self.timeout_s:g}s"}
         if at is not None:
             form["time"] = f"{at:.3f}"
@@ -120,7 +136,7 @@ class PrometheusSource:
         return _parse(resp)
 
 
-def _parse(resp: httpx.Response) -> float:
+def _parse(resp: httpx.Response) -> dict[str, Any]:
     try:
         body: Any = resp.json()
     except ValueError:
@@ -135,7 +151,8 @@ def _parse(resp: httpx.Response) -> float:
         if etype in _QUERY_ERROR_TYPES or resp.status_code in (400, 422):
             raise BadQuery(f"Prometheus rejected the query ({etype}): {error}")
         raise Unreachable(f"Prometheus error HTTP {resp.status_code} ({etype}): {error}")
-    return _single_value(body.get("data") or {})
+    data: Any = body.get("data")
+    return data if isinstance(data, dict) else {}
 
 
 def _single_value(data: dict[str, Any]) -> float:
@@ -159,6 +176,22 @@ def _single_value(data: dict[str, Any]) -> float:
     if "value" not in result[0]:
         raise BadQuery("query returned a native histogram sample; reduce it to a number first")
     return _number(result[0]["value"][1])
+
+
+def _by_label(data: dict[str, Any], label: str) -> dict[str, float]:
+    result: Any = data.get("result")
+    if data.get("resultType") != "vector" or not isinstance(result, list):
+        raise BadQuery(f"query returned a {data.get('resultType')}; expected a vector by {label}")
+    if not result:
+        raise NoData("query returned an empty vector (no matching series)")
+    out: dict[str, float] = {}
+    for series in result:
+        key = (series.get("metric") or {}).get(label)
+        if key is None or "value" not in series:
+            raise BadQuery(f"a series without the label {label!r}: "
+                           f"{_labels(series.get('metric') or {})}")
+        out[key] = float(series["value"][1])
+    return out
 
 
 def _number(text: str) -> float:

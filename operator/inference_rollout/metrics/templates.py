@@ -29,6 +29,10 @@ class Template:
     summary: str
     value: Render
     samples: Render | None  # None: a gauge, no per-request sample guard
+    #: The Sequential rule's counts: one query returning a vector keyed by ``evidence_label``
+    #: (``le`` for a histogram's buckets, ``part`` for the error-rate's four counts).
+    evidence: Render | None = None
+    evidence_label: str = ""
 
 
 def _rate(metric: str, sel: str, w: str) -> str:
@@ -39,6 +43,15 @@ def _p99(*bucket_metrics: str) -> Render:
     def render(sel: str, w: str) -> str:
         rates = " or ".join(_rate(m, sel, w) for m in bucket_metrics)
         return f"histogram_quantile(0.99, sum by (le) ({rates}))"
+
+    return render
+
+
+def _buckets(*bucket_metrics: str) -> Render:
+    """Every bucket's increase in one vector (``sum by (le)``); the ``+Inf`` one counts all."""
+    def render(sel: str, w: str) -> str:
+        increases = " or ".join(f"increase({m}{{{sel}}}[{w}])" for m in bucket_metrics)
+        return f"sum by (le) ({increases})"
 
     return render
 
@@ -83,6 +96,21 @@ def _error_rate_samples(sel: str, w: str) -> str:
     return f"max({_labelled(engine, 'engine')} or {_labelled(http, 'http')})"
 
 
+#: The error-rate's counts, by ``part``: each view's failed and all requests.
+ERROR_PARTS = ("engine_errors", "engine_requests", "http_errors", "http_requests")
+
+
+def _error_counts(sel: str, w: str) -> str:
+    errors = sel + ',finished_reason="error"'
+    http_5xx = sel + ',status=~"5.."'
+    counts = zip(ERROR_PARTS, ("vllm:request_success_total", "vllm:request_success_total",
+                               "http_requests_total", "http_requests_total"),
+                 (errors, sel, http_5xx, sel), strict=True)
+    return " or ".join(
+        f'label_replace(sum(increase({metric}{{{s}}}[{w}])), "part", "{part}", "", "")'
+        for part, metric, s in counts)
+
+
 def _kv_cache_hit_rate(sel: str, w: str) -> str:
     hits = " or ".join(
         _rate(m, sel, w)
@@ -122,21 +150,25 @@ TEMPLATES: dict[str, Template] = {
             "ttft-p99", "seconds", "99th percentile time to first token",
             _p99("vllm:time_to_first_token_seconds_bucket"),
             _count("vllm:time_to_first_token_seconds_count"),
+            _buckets("vllm:time_to_first_token_seconds_bucket"), "le",
         ),
         Template(
             "itl-p99", "seconds", "99th percentile inter-token latency (decode step time)",
             _p99("vllm:inter_token_latency_seconds_bucket",
                  "vllm:time_per_output_token_seconds_bucket"),
             _REQUESTS,  # ITL observations are per token; the guard counts requests
+            _buckets("vllm:inter_token_latency_seconds_bucket",
+                     "vllm:time_per_output_token_seconds_bucket"), "le",
         ),
         Template(
             "e2e-p99", "seconds", "99th percentile end-to-end request latency",
             _p99("vllm:e2e_request_latency_seconds_bucket"),
             _REQUESTS,
+            _buckets("vllm:e2e_request_latency_seconds_bucket"), "le",
         ),
         Template(
             "error-rate", "ratio", "failed requests / all requests (engine errors or HTTP 5xx)",
-            _error_rate, _error_rate_samples,
+            _error_rate, _error_rate_samples, _error_counts, "part",
         ),
         Template(
             "kv-cache-hit-rate", "ratio", "prefix-cache hits / prefix-cache queries (tokens)",

@@ -1,0 +1,258 @@
+"""Verdicts at low traffic: thousands of simulated releases through the operator's real verdict
+code (``core.analysis.judge`` with ``core.sequential``), the Sequential rule beside the Window
+rule.  Pure: no cluster, no Prometheus.  docs/benchmarks.md has the method and the table.
+
+Per cell (canary request rate × share of requests over the limit, or × error rate) it runs N
+releases of 4 steps with ``pause: 0s`` (a step ends on its metric's first Pass) and a look every
+``interval``.  Each look draws the interval's requests (Poisson), their latencies into vLLM's
+real TTFT histogram buckets (multinomial) or their errors (binomial), and asks the verdict code:
+
+* Sequential: the counts since the step's weight was reached (cumulative buckets, ``Evidence``);
+* Window: the last interval's requests only, ``minSamples`` 20, the p99 estimated from the
+  window's buckets as ``histogram_quantile`` does (linear inside the bucket).
+
+A Fail rolls back (``failureLimit`` 0); a step without a verdict after ``--step-limit`` counts
+as "no verdict".  ``python bench/verdicts.py --releases 1000`` (``make bench-verdicts``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+from scipy import stats
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "operator"))
+
+from inference_rollout.api.spec import AnalysisSpec, MetricSpec  # noqa: E402
+from inference_rollout.core import analysis as an  # noqa: E402
+from inference_rollout.core.types import Evidence, Measurement, MeasurementError  # noqa: E402
+
+#: vLLM V1's ``vllm:time_to_first_token_seconds`` bucket bounds (vllm/v1/metrics/loggers.py).
+TTFT_BOUNDS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0,
+               7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
+LIMIT = 0.45  # SLO ttftP99 300ms × factor 1.5: between the bounds 0.25 and 0.5, as users set it
+STEPS = 4
+MIN_SAMPLES = 20
+RATES = (0.1, 0.5, 2.0, 10.0)
+OVER_SHARES = (0.005, 0.02, 0.05, 0.2, 1.0)
+ERROR_SHARES = (0.005, 0.02, 0.05)
+ERROR_MAX = 0.01
+
+#: The spec whose per-test error rates the bench uses: the 3 SLO metrics and an error rate
+#: (16 tests over 4 steps); the table simulates one of them at a time, the others pass.
+SPEC = AnalysisSpec.model_validate({
+    "prometheus": {"address": "http://prometheus:9090"},
+    "slo": {"ttftP99": "300ms", "itlP99": "50ms", "e2eP99": "10s"},
+    "metrics": [{"name": "errors", "template": "error-rate", "max": ERROR_MAX}]})
+RATES_SEQUENTIAL = an.rates_for(SPEC, STEPS)
+TTFT = next(m for m in an.effective_metrics(SPEC) if m.name == "slo-ttft-p99")
+ERRORS = MetricSpec(name="errors", template="error-rate", max=ERROR_MAX)
+
+
+def latency_buckets(over: float) -> np.ndarray:
+    """Probabilities of each bucket (the last is +Inf) when ``over`` of requests exceed LIMIT.
+
+    Requests within the limit: lognormal, median 80 ms, σ 0.45, cut at LIMIT (0.6% of them land
+    in (0.25, 0.45], the limit's bucket, which the pass side counts as possibly over).  Requests
+    over it: lognormal, median 0.9 s, σ 0.5, cut below at LIMIT (4% land in (0.45, 0.5], which
+    the fail side cannot count).  ``over == 1``: every request at 0.9 s, far over the limit.
+    """
+    edges = np.array((0.0, *TTFT_BOUNDS, math.inf))
+    if over >= 1:
+        cdf = (edges >= 0.9).astype(float)
+        return np.diff(cdf)
+    fast = stats.lognorm(s=0.45, scale=0.08)
+    slow = stats.lognorm(s=0.5, scale=0.9)
+    fast_cdf = np.minimum(fast.cdf(edges) / fast.cdf(LIMIT), 1.0)
+    slow_cdf = np.clip((slow.cdf(edges) - slow.cdf(LIMIT)) / slow.sf(LIMIT), 0.0, 1.0)
+    return np.diff((1 - over) * fast_cdf + over * slow_cdf)
+
+
+def histogram_quantile(q: float, counts: np.ndarray) -> float:
+    """Prometheus' ``histogram_quantile`` over per-bucket counts (linear inside a bucket)."""
+    cumulative = np.cumsum(counts)
+    total = cumulative[-1]
+    rank = q * total
+    i = int(np.searchsorted(cumulative, rank))
+    if i >= len(TTFT_BOUNDS):
+        return TTFT_BOUNDS[-1]  # in the +Inf bucket: Prometheus answers the largest bound
+    lower = 0.0 if i == 0 else TTFT_BOUNDS[i - 1]
+    below = 0.0 if i == 0 else cumulative[i - 1]
+    inside = counts[i]
+    return lower + (TTFT_BOUNDS[i] - lower) * ((rank - below) / inside if inside else 1.0)
+
+
+@dataclass
+class Release:
+    outcome: str  # promoted | rolled back | no verdict
+    seconds: float
+    requests: int
+
+
+def look(rule: str, metric: MetricSpec, requests: int, bad: np.ndarray | int,
+         step_counts: np.ndarray | tuple[int, int], period: float) -> str:
+    """One analysis: the verdict of the real code on this look's measurement."""
+    if metric is TTFT:
+        assert isinstance(bad, np.ndarray) and isinstance(step_counts, np.ndarray)
+        if rule == "Sequential":
+            bounds = (*TTFT_BOUNDS, math.inf)
+            buckets = tuple(zip(bounds, np.cumsum(step_counts).astype(float).tolist(),
+                                strict=True))
+            m = Measurement(None, evidence=Evidence(period, buckets=buckets))
+            return an.judge(metric, m, RATES_SEQUENTIAL).verdict
+        window = bad  # this interval's bucket counts
+        if requests < MIN_SAMPLES:
+            return "Inconclusive"
+        return an.judge(metric, Measurement(histogram_quantile(0.99, window),
+                                            samples=requests)).verdict
+    assert isinstance(step_counts, tuple)
+    if rule == "Sequential":
+        total, errors = step_counts
+        m = Measurement(None, evidence=Evidence(period, requests=total, errors=errors))
+        return an.judge(metric, m, RATES_SEQUENTIAL).verdict
+    if requests < MIN_SAMPLES:
+        return "Inconclusive"
+    assert isinstance(bad, int)
+    m = Measurement(bad / requests, samples=requests,
+                    error=None if requests else MeasurementError.TOO_FEW_SAMPLES)
+    return an.judge(metric, m).verdict
+
+
+def release(rng: np.random.Generator, rule: str, rate: float, share: float, latency: bool,
+            interval: float, step_limit: float) -> Release:
+    probs = latency_buckets(share) if latency else None
+    metric = TTFT if latency else ERRORS
+    t, seen = 0.0, 0
+    for _ in range(STEPS):
+        step_t = 0.0
+        hist = np.zeros(len(TTFT_BOUNDS) + 1, dtype=np.int64)
+        total = errors = 0
+        while True:
+            if step_t >= step_limit:
+                return Release("no verdict", t, seen)
+            step_t += interval
+            t += interval
+            n = int(rng.poisson(rate * interval))
+            seen += n
+            if probs is not None:
+                window = rng.multinomial(n, probs)
+                hist += window
+                verdict = look(rule, metric, n, window, hist, step_t)
+            else:
+                bad = int(rng.binomial(n, share))
+                total, errors = total + n, errors + bad
+                verdict = look(rule, metric, n, bad, (total, errors), step_t)
+            if verdict == "Fail":
+                return Release("rolled back", t, seen)
+            if verdict == "Pass":
+                break
+    return Release("promoted", t, seen)
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One row of the table: N releases of one rule at one rate and one bad share."""
+
+    rule: str
+    rate: float
+    share: float
+    kind: str  # latency | errors
+    releases: int
+    rolled_back: int
+    promoted: int
+    no_verdict: int
+    median_s: float
+    p95_s: float
+    median_requests: float
+    p95_requests: float
+
+
+def cell(rule: str, rate: float, share: float, latency: bool, releases: int, interval: float,
+         step_limit: float, seed: int) -> Cell:
+    rng = np.random.default_rng(seed)
+    runs = [release(rng, rule, rate, share, latency, interval, step_limit)
+            for _ in range(releases)]
+    decided = [r for r in runs if r.outcome != "no verdict"]
+    secs = np.array([r.seconds for r in decided] or [math.nan])
+    reqs = np.array([float(r.requests) for r in decided] or [math.nan])
+    return Cell(rule, rate, share, "latency" if latency else "errors", releases,
+                sum(r.outcome == "rolled back" for r in runs),
+                sum(r.outcome == "promoted" for r in runs),
+                sum(r.outcome == "no verdict" for r in runs),
+                float(np.median(secs)), float(np.percentile(secs, 95)),
+                float(np.median(reqs)), float(np.percentile(reqs, 95)))
+
+
+def requests_to_fail_all_over() -> int:
+    """Looking after every request, how many requests at 0.9 s the test needs to roll back."""
+    counts = np.zeros(len(TTFT_BOUNDS) + 1, dtype=np.int64)
+    probs = latency_buckets(1.0)
+    for n in range(1, 50):
+        counts[int(np.argmax(probs))] += 1
+        if look("Sequential", TTFT, n, counts, counts, float(n)) == "Fail":
+            return n
+    raise AssertionError("never failed")
+
+
+def fmt_time(s: float) -> str:
+    if math.isnan(s):
+        return "–"
+    return f"{s / 3600:.1f} h" if s >= 5400 else f"{s / 60:.0f} min" if s >= 120 else f"{s:.0f} s"
+
+
+def table(rows: list[Cell]) -> str:
+    lines = ["| rule | canary req/s | bad share | releases | rolled back | promoted | no verdict "
+             "| time to verdict: median / p95 | canary requests: median / p95 |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for c in rows:
+        kind = "over L" if c.kind == "latency" else "errors"
+        share = [f"{100 * k / c.releases:.1f}%" for k in (c.rolled_back, c.promoted, c.no_verdict)]
+        reqs = ("–" if math.isnan(c.median_requests)
+                else f"{c.median_requests:.0f} / {c.p95_requests:.0f}")
+        lines.append(f"| {c.rule} | {c.rate:g} | {100 * c.share:g}% {kind} | {c.releases} | "
+                     f"{' | '.join(share)} | {fmt_time(c.median_s)} / {fmt_time(c.p95_s)} | "
+                     f"{reqs} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--releases", type=int, default=1000, help="releases per cell")
+    p.add_argument("--interval", type=float, default=60.0, help="analysis interval, seconds")
+    p.add_argument("--step-limit", type=float, default=4 * 3600.0,
+                   help="seconds a step may stay undecided before counting as no verdict")
+    p.add_argument("--json", type=Path, help="also write the rows here")
+    p.add_argument("--seed", type=int, default=1)
+    args = p.parse_args(argv)
+    assert RATES_SEQUENTIAL is not None
+    started = time.monotonic()
+    rows = []
+    cells = [(s, True) for s in OVER_SHARES] + [(s, False) for s in ERROR_SHARES]
+    for i, (share, latency) in enumerate(cells):
+        for j, rate in enumerate(RATES):
+            for rule in ("Sequential", "Window"):
+                rows.append(cell(rule, rate, share, latency, args.releases, args.interval,
+                                 args.step_limit, args.seed + 100 * i + j))
+    print(f"Sequential: α per test {RATES_SEQUENTIAL.alpha:.2e} (falseRollbackRate 0.01 over "
+          f"{len(an.effective_metrics(SPEC))} metrics × {STEPS} steps), β {RATES_SEQUENTIAL.beta}; "
+          f"L = {LIMIT} s; interval {args.interval:g} s; a step undecided after "
+          f"{fmt_time(args.step_limit)} counts as no verdict")
+    print(f"every request at 0.9 s, looking after every request: rolled back at request "
+          f"{requests_to_fail_all_over()}")
+    print(table(rows))
+    print(f"({time.monotonic() - started:.0f} s)")
+    if args.json:
+        args.json.write_text(json.dumps([asdict(c) for c in rows], indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,161 @@
+"""Sequential tests: decide as soon as the evidence suffices, in either direction, at a stated
+error rate, however often the operator looks.
+
+A percentile SLO ``p99 ≤ L`` is a statement about counts: at most ``p0 = 1%`` of requests take
+longer than ``L``.  An error-rate limit ``≤ max`` likewise: at most ``p0 = max`` of requests fail.
+So each request is a coin flip (bad or not), and the question is whether the coin's bad side
+comes up at most ``p0`` of the time or at least ``p1 = 5·p0`` of the time (the alternative: a
+canary with 5× the allowed share of bad requests must never be promoted).
+
+Wald's likelihood ratio of ``k`` bad out of ``n`` is
+``LR(p1:p0) = (p1/p0)^k · ((1-p1)/(1-p0))^(n-k)``.  When the canary is healthy (its true share
+is ≤ p0) this ratio, followed request by request, is a nonnegative supermartingale starting at 1,
+so by Ville's inequality the chance that it *ever* reaches ``1/α`` is at most ``α``: looking
+after every interval, or every request, does not inflate the error.  Roll back when
+``LR(p1:p0) ≥ 1/α``; pass when the mirror ratio ``LR(p0:p1) ≥ 1/β`` (the same argument bounds
+the chance that a canary whose share is ≥ p1 ever passes by ``β``).
+
+``α`` per test: the spec's ``falseRollbackRate`` divided by (metrics × steps) (Bonferroni: each
+step restarts every metric's test, any one can roll back).  ``β`` per test: ``falseRollbackRate``
+(a bad canary must pass at every step, and its failure side is tested too).
+
+Counts from Prometheus ``increase()`` are extrapolated and may be fractional: each side rounds
+against itself (to fail: bad counts down, requests up; to pass: bad counts up, requests down).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+#: A canary with this many times the allowed share of bad requests must never be promoted.
+ALTERNATIVE_FACTOR = 5.0
+#: Relative checks: the alternative is twice the allowed ratio to stable.
+RELATIVE_ALTERNATIVE_FACTOR = 2.0
+#: The share of requests a p99 lets exceed its limit.
+P99_EXCEEDANCE = 0.01
+#: Rounding tolerance for counts that are integers up to float noise (2.9999999 is 3).
+_SLACK = 1e-6
+
+
+@dataclass(frozen=True)
+class ErrorRates:
+    """``alpha``: a single test's chance to fail a healthy canary; ``beta``: to pass a bad one."""
+
+    alpha: float
+    beta: float
+
+
+def error_rates(false_rollback_rate: float, metrics: int, steps: int) -> ErrorRates:
+    """Per-test rates that keep the whole release's false-rollback chance ≤ the spec's rate."""
+    return ErrorRates(false_rollback_rate / max(1, metrics * steps), false_rollback_rate)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A sequential test's state at one look."""
+
+    verdict: Literal["Pass", "Fail", "Inconclusive"]
+    requests: int  # counted (rounded as for the verdict shown)
+    bad: int  # bad among them: surely bad for Fail, possibly bad otherwise
+    p_value: float  # anytime-valid p of "the limit holds" (1 / LR(p1:p0), at most 1)
+    more_requests: int  # further requests, none bad, that passing needs (0 once decided)
+
+
+def alternative(p0: float) -> float:
+    """``p1 = 5·p0``, kept below 1 for large limits (halfway from p0 to 1)."""
+    return min(ALTERNATIVE_FACTOR * p0, (1 + p0) / 2)
+
+
+def testable(p0: float) -> bool:
+    return 0 < p0 < 1
+
+
+def log_lr(bad: int, n: int, p0: float, p1: float) -> float:
+    """ln LR(p1:p0) of ``bad`` out of ``n``."""
+    return bad * math.log(p1 / p0) + (n - bad) * math.log((1 - p1) / (1 - p0))
+
+
+def _p_value(log_lr_bad: float) -> float:
+    """1 / LR, at most 1 (a large negative log LR must not overflow ``exp``)."""
+    return 1.0 if log_lr_bad <= 0 else math.exp(-log_lr_bad)
+
+
+def _down(x: float) -> int:
+    return max(0, math.floor(x + _SLACK))
+
+
+def _up(x: float) -> int:
+    return max(0, math.ceil(x - _SLACK))
+
+
+def bernoulli(requests: float, sure_bad: float, possible_bad: float, p0: float,
+              rates: ErrorRates) -> Outcome:
+    """Test "at most ``p0`` of requests are bad" on the counts so far.
+
+    ``sure_bad`` counts requests surely bad (it may undercount), ``possible_bad`` every request
+    possibly bad (it may overcount): failing uses the first, passing the second, so neither
+    side's guarantee depends on where the limit sits between two histogram buckets.
+    """
+    p1 = alternative(p0)
+    fail_bad = _down(sure_bad)
+    fail_n = max(_up(requests), fail_bad)
+    evidence_bad = log_lr(fail_bad, fail_n, p0, p1)
+    p_value = _p_value(evidence_bad)
+    if evidence_bad >= math.log(1 / rates.alpha):
+        return Outcome("Fail", fail_n, fail_bad, p_value, 0)
+    pass_n = _down(requests)
+    pass_bad = min(_up(possible_bad), pass_n)
+    evidence_good = -log_lr(pass_bad, pass_n, p0, p1)
+    needed = math.log(1 / rates.beta)
+    if evidence_good >= needed:
+        return Outcome("Pass", pass_n, pass_bad, p_value, 0)
+    per_good_request = math.log((1 - p0) / (1 - p1))
+    more = math.ceil((needed - evidence_good) / per_good_request - _SLACK)
+    return Outcome("Inconclusive", pass_n, pass_bad, p_value, more)
+
+
+def two_sample(canary_requests: float, canary_bad: float, stable_requests: float,
+               stable_bad: float, max_ratio: float, rates: ErrorRates) -> Outcome:
+    """Fail side of "canary's bad share ≤ ``max_ratio`` × stable's", measured over one period.
+
+    Given ``k`` bad requests in all, each one is the canary's with probability
+    ``q = r·n_c / (r·n_c + n_s)`` when the canary's share is exactly ``r`` times stable's (the
+    conditional binomial test); the same likelihood ratio as :func:`bernoulli` on the canary's
+    part of the bad requests, against ``q1`` for twice the ratio.  Never passes: a relative check
+    passes on its point comparison (few bad requests on both sides cannot show a ratio holds).
+    """
+    n_c, n_s = _up(canary_requests), _down(stable_requests)
+    k_c, k_s = _down(canary_bad), _up(stable_bad)
+    if n_c == 0 or n_s == 0 or k_c == 0:
+        return Outcome("Inconclusive", n_c, k_c, 1.0, 0)
+    q0 = max_ratio * n_c / (max_ratio * n_c + n_s)
+    r1 = RELATIVE_ALTERNATIVE_FACTOR * max_ratio
+    q1 = r1 * n_c / (r1 * n_c + n_s)
+    evidence_bad = log_lr(k_c, k_c + k_s, q0, q1)
+    p_value = _p_value(evidence_bad)
+    verdict: Literal["Fail", "Inconclusive"] = (
+        "Fail" if evidence_bad >= math.log(1 / rates.alpha) else "Inconclusive")
+    return Outcome(verdict, n_c, k_c, p_value, 0)
+
+
+def exceedances(buckets: tuple[tuple[float, float], ...], limit: float) -> tuple[float, float,
+                                                                                  float]:
+    """(requests, surely over ``limit``, possibly over ``limit``) from cumulative buckets.
+
+    Surely over: above the smallest bucket bound ≥ limit.  Possibly over: above the largest
+    bound ≤ limit (every request when no bound is that small).  ``increase()`` extrapolates each
+    bucket separately, so a bucket may show a little more than the next one: counts are clamped
+    to [0, requests].
+    """
+    total = max(0.0, buckets[-1][1]) if buckets else 0.0
+    at_or_above = [count for bound, count in buckets if bound >= limit]
+    at_or_below = [count for bound, count in buckets if bound <= limit]
+    sure = total - at_or_above[0] if at_or_above else 0.0
+    possible = total - at_or_below[-1] if at_or_below else total
+    return total, min(total, max(0.0, sure)), min(total, max(0.0, possible))
+
+
+def describe_p(p: float) -> str:
+    return "p < 0.001" if p < 0.001 else f"p = {p:.3f}"
