@@ -83,10 +83,17 @@ def test_preset_numbers(name: str, layers: int, kv_heads: int, head_dim: int,
 @pytest.mark.parametrize("preset", PRESETS.values(), ids=list(PRESETS))
 def test_presets_are_self_consistent(preset: ModelArchitecture) -> None:
     assert preset.hidden_size and preset.vocab_size and preset.hf_repo
-    # the embedding (and an untied LM head) is vocab × hidden, once or twice
-    assert preset.embedding_parameters in (preset.vocab_size * preset.hidden_size,
-                                           2 * preset.vocab_size * preset.hidden_size)
-    assert preset.dtype in ("float16", "bfloat16")
+    # the embedding (and an untied LM head) is vocab × hidden, once or twice (gpt-oss keeps its
+    # attention and router in 16 bits too: only the experts are MXFP4)
+    embeddings = preset.vocab_size * preset.hidden_size
+    if preset.dtype == "mxfp4":
+        assert 2 * embeddings < preset.unquantized_parameters < preset.parameters / 10
+    else:
+        assert preset.unquantized_parameters in (embeddings, 2 * embeddings)
+    assert preset.dtype in ("float16", "bfloat16", "fp8", "mxfp4")
+    assert preset.attention_heads and preset.attention_heads % preset.kv_heads == 0
+    assert preset.full_layers >= 1
+    assert (preset.experts is None) == (preset.active_experts is None)
     assert preset_for_model(preset.hf_repo) == preset
 
 
@@ -97,10 +104,16 @@ def test_presets_are_self_consistent(preset: ModelArchitecture) -> None:
         ("meta-llama/Llama-2-70b-hf", "llama-2-70b"),  # not llama-2-7b
         ("meta-llama/Meta-Llama-3.1-8B-Instruct", "llama-3.1-8b"),
         ("hugging-quants/Meta-Llama-3.1-70B-Instruct-AWQ-INT4", "llama-3.1-70b"),
-        ("Qwen/Qwen2.5-72B-Instruct-GPTQ-Int8", "qwen2.5-72b"),
+        ("Qwen/Qwen2.5-72B-Instruct-GPTQ-Int8", "qwen2.5-72b-instruct"),
+        ("Qwen/Qwen2.5-7B", "qwen2.5-7b"),  # the base checkpoint: 131,072 tokens of context
+        ("deepseek-ai/DeepSeek-R1-Distill-Llama-8B", None),  # a Llama 3.1 8B, not a DeepSeek
         ("google/gemma-2-9b-it", "gemma-2-9b"),
         ("/models/Mixtral-8x7B-Instruct-v0.1/", "mixtral-8x7b"),
-        ("deepseek-ai/DeepSeek-V3", None),
+        ("deepseek-ai/DeepSeek-V3-0324", "deepseek-v3"),
+        ("openai/gpt-oss-120b", "gpt-oss-120b"),
+        ("RedHatAI/Llama-4-Maverick-17B-128E-Instruct-FP8", "llama-4-maverick-17b-128e"),
+        ("Qwen/Qwen3-235B-A22B-Instruct-2507-FP8", "qwen3-235b-a22b"),
+        ("mistralai/Mistral-Large-Instruct-2411", None),
         (None, None),
     ],
 )
