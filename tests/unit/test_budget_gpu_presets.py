@@ -68,7 +68,8 @@ def test_at_least_twelve_presets_including_the_issue_list() -> None:
         ("llama-3.1-8b", 32, 8, 128, 131072),
         ("llama-3.1-405b", 126, 8, 128, 131072),
         ("mixtral-8x7b", 32, 8, 128, 32768),
-        ("qwen2.5-7b", 28, 4, 128, 32768),
+        ("qwen2.5-7b", 28, 4, 128, 131072),  # the base model; Instruct says 32768
+            ("qwen2.5-7b-instruct", 28, 4, 128, 32768),
         ("gemma-2-9b", 42, 8, 256, 8192),  # head_dim is explicit: 3584 / 16 would be 224
         ("gemma-2-27b", 46, 16, 128, 8192),
     ],
