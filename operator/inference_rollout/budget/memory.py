@@ -33,7 +33,7 @@ from .dtypes import (
 )
 from .findings import Finding, Severity, arg_field, model_field
 from .gpu import GpuSpec
-from .kv import kv_layout
+from .kv import KvLayout, kv_layout
 from .presets import ModelArchitecture, preset_for_model
 from .units import GIB, gib
 from .vllm_defaults import (
@@ -73,6 +73,7 @@ class MemoryBudget:
     full_context_kv_bytes_per_gpu: int | None
     headroom: float | None  # 1 − (weights + temporaries + full-context KV) / GPU memory
     findings: tuple[Finding, ...]
+    kv: KvLayout  # one GPU's KV cache by layer type
 
     @property
     def gpu_memory_bytes(self) -> int:
@@ -228,21 +229,10 @@ def compute_budget(model: ModelArchitecture, args: VllmArgs, gpu: GpuSpec, *,
         pool_tokens=pool_tokens, full_length_sequences=full_length,
         sequence_kv_bytes_per_gpu=sequence, full_context_kv_bytes=full_context,
         full_context_kv_bytes_per_gpu=full_context_gpu, headroom=headroom, findings=(),
+        kv=layout,
     )
     capacity = _capacity_findings(budget, args, allow_long_max_model_len)
     return replace(budget, findings=(*capacity, *findings))
-
-
-def _longest(b: MemoryBudget, args: VllmArgs) -> int:
-    """The longest --max-model-len whose one request fits the pool (vLLM's own estimate)."""
-    model = b.model
-    kv_element, _ = kv_cache_bytes(args.kv_cache_dtype, activation_bytes(args.dtype))
-    layout = kv_layout(model, kv_element, tensor_parallel=args.tensor_parallel_size,
-                       pipeline_parallel=args.pipeline_parallel_size,
-                       block_size=args.block_size or DEFAULT_BLOCK_SIZE,
-                       batched_tokens=effective_max_num_batched_tokens(args, b.gpu, b.max_model_len),
-                       hybrid=args.hybrid_kv_cache)
-    return layout.longest_sequence(b.kv_pool_bytes_per_gpu, b.max_model_len or 0)
 
 
 def _draft_layers(draft: ModelArchitecture, model: ModelArchitecture, kv_element: float,
@@ -287,11 +277,12 @@ def _capacity_findings(b: MemoryBudget, args: VllmArgs,
         )]
     sequence = b.sequence_kv_bytes_per_gpu or 0
     if sequence > b.kv_pool_bytes_per_gpu:
+        longest = b.kv.longest_sequence(b.kv_pool_bytes_per_gpu, needed)
         return [Finding(
             "P2-KV-POOL", Severity.ERROR, arg_field("--max-model-len"),
             f"the KV pool holds {b.pool_tokens:,} tokens ({pool_gib:.1f} GiB per GPU) but one "
             f"{needed:,}-token sequence needs {gib(sequence):.1f} GiB, so vLLM refuses to start: "
-            f"lower --max-model-len to at most {_longest(b, args):,}, or make room with "
+            f"lower --max-model-len to at most {longest:,}, or make room with "
             "--kv-cache-dtype fp8, a higher --gpu-memory-utilization or --tensor-parallel-size",
         )]
     findings: list[Finding] = []

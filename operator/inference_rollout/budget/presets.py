@@ -22,7 +22,6 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-
 LOCAL_KINDS = ("slidingWindow", "chunked")
 
 
