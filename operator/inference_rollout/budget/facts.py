@@ -39,6 +39,7 @@ class MetricFact:
 class ReleaseFacts:
     container_args: tuple[str, ...]  # the vLLM container's command + args, $(VAR) expanded
     container_env: Mapping[str, str | None] = dataclasses.field(default_factory=dict)
+    unresolved_variables: tuple[str, ...] = ()  # $(VAR) in the args known only at run time
     container_path: str = "spec.template.spec.containers[0]"
     profile: str = "latency"  # the API's default
     model: ModelArchitecture | None = None  # from spec.model; None: not given
@@ -227,7 +228,7 @@ def unknown_references(text: str, env: Mapping[str, str | None]) -> list[str]:
     """The ``$(VAR)`` left in ``text`` whose value exists at run time but not offline
     (``valueFrom``, ``envFrom``).  Others are undefined, and Kubernetes passes them as written."""
     return [name for name in _REFERENCE.findall(text) if name and (
-        name in env or ANY_VARIABLE in env)]
+        env[name] is None if name in env else ANY_VARIABLE in env)]
 
 
 def _gpu_labels(pod_spec: Mapping[str, Any]) -> list[str]:
@@ -298,9 +299,12 @@ def facts_from_manifest(
     analysis = _mapping(spec.get("analysis"), "spec.analysis")
     slo = _mapping(analysis.get("slo"), "spec.analysis.slo")
     metadata = _mapping(manifest.get("metadata"), "metadata")
+    env = container_env(container, container_path)
     return ReleaseFacts(
         container_args=container_argv(container, container_path),
-        container_env=container_env(container, container_path),
+        container_env=env,
+        unresolved_variables=tuple(name for word in serving_argv(dict(container))
+                                   for name in unknown_references(word, env)),
         container_path=container_path,
         profile=str(spec.get("profile") or "latency"),
         model=model,

@@ -24,7 +24,7 @@ from .dtypes import (
     stored_weight_bytes,
     weight_quantization,
 )
-from .facts import ManifestError, ReleaseFacts, facts_from_manifest, unknown_references
+from .facts import ManifestError, ReleaseFacts, facts_from_manifest
 from .findings import Finding, Severity, arg_field, qualify_field
 from .gpu import GpuSpec
 from .memory import MemoryBudget, compute_budget
@@ -272,7 +272,7 @@ def _args_finding(facts: ReleaseFacts, error: VllmArgsError) -> Finding:
     """A flag vLLM would reject is an error, unless its value is a ``$(VAR)`` whose value exists
     only at run time (``valueFrom``, ``envFrom``): then the lints cannot tell, and say so."""
     field = qualify_field(arg_field(error.flag), facts.container_path)
-    unknown = unknown_references(str(error), facts.container_env)
+    unknown = [name for name in facts.unresolved_variables if f"$({name})" in str(error)]
     if unknown:
         return Finding("ARGS-UNRESOLVED", Severity.INFO, field, (
             f"{error.flag} uses $({unknown[0]}), whose value comes from a Secret, ConfigMap or "
