@@ -15,7 +15,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from inference_rollout.api import API_VERSION, KIND
-from inference_rollout.api.spec import SERVING_CONTAINER, serving_argv
+from inference_rollout.api.spec import (
+    MAX_GPU_MEMORY_GIB,
+    MAX_MODEL_DIMENSION,
+    MAX_PARAMETERS_BILLIONS,
+    SERVING_CONTAINER,
+    serving_argv,
+)
 
 from .gpu import GPU_PRODUCT_LABELS, UnknownGpuError, gpu_from_label
 from .presets import LOCAL_KINDS, ModelArchitecture, UnknownPresetError, get_preset
@@ -82,15 +88,16 @@ _OPTIONAL_INTEGERS = {"attentionHeads": "attention_heads", "kvLoraRank": "kv_lor
                       "experts": "experts", "activeExperts": "active_experts"}
 
 
-def _positive(value: object, field: str, integer: bool, minimum: float = 0) -> float:
-    """A finite number above ``minimum`` (at or above it for integers); ManifestError naming the
-    field otherwise (.inf, .nan, a string, a bool)."""
+def _positive(value: object, field: str, integer: bool, minimum: float = 0,
+              maximum: float = MAX_MODEL_DIMENSION) -> float:
+    """A finite number above ``minimum`` (at or above it for integers) and at most ``maximum``
+    (the API's bounds); ManifestError naming the field otherwise (.inf, .nan, a string, a bool)."""
     if isinstance(value, bool) or not isinstance(value, int | float) \
             or not math.isfinite(value) or value < minimum or (value == minimum and not integer) \
-            or (integer and value != int(value)):
+            or (integer and value != int(value)) or value > maximum:
         kind = ("a positive integer" if minimum == 1 else f"an integer ≥ {minimum:g}") if integer \
             else "a finite positive number"
-        raise ManifestError(field, f"must be {kind}, got {value!r}")
+        raise ManifestError(field, f"must be {kind} up to {maximum:,}, got {value!r}")
     return float(value)
 
 
@@ -114,7 +121,8 @@ def _explicit_fields(fields: Mapping[str, Any]) -> dict[str, Any]:
     for key, attribute in _EXPLICIT_FIELDS.items():
         if fields.get(key) is not None:
             is_count = key != "parametersBillions"
-            value = _positive(fields[key], f"spec.model.{key}", is_count, 1 if is_count else 0)
+            value = _positive(fields[key], f"spec.model.{key}", is_count, 1 if is_count else 0,
+                              MAX_MODEL_DIMENSION if is_count else MAX_PARAMETERS_BILLIONS)
             explicit[attribute] = round(value * 1e9) if key == "parametersBillions" else int(value)
     for key, attribute in _OPTIONAL_INTEGERS.items():
         if fields.get(key) is not None:
@@ -141,8 +149,8 @@ def model_from_spec(spec_model: object) -> tuple[ModelArchitecture | None, float
         spec_model = spec_model.model_dump(by_alias=True, exclude_none=True)
     fields = _mapping(spec_model, "spec.model")
     gpu_gib = fields.get("gpuMemoryGiB")
-    gpu_memory = _positive(gpu_gib, "spec.model.gpuMemoryGiB", False) if gpu_gib is not None \
-        else None
+    gpu_memory = _positive(gpu_gib, "spec.model.gpuMemoryGiB", False, 0, MAX_GPU_MEMORY_GIB) \
+        if gpu_gib is not None else None
     explicit = _explicit_fields(fields)
 
     preset_name = fields.get("preset")
