@@ -78,7 +78,8 @@ def test_lint_manifest_and_the_reconcilers_lint_never_raise(manifest: dict[str, 
     assert all(isinstance(e, str) for e in errors)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(manifest=manifests())
 def test_the_offline_commands_never_raise(manifest: dict[str, Any], tmp_path: Path) -> None:
     path = tmp_path / "fuzz.yaml"
