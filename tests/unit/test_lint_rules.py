@@ -7,7 +7,8 @@ import pytest
 from inference_rollout.budget.args import parse_vllm_args
 from inference_rollout.budget.facts import MetricFact, ReleaseFacts
 from inference_rollout.budget.findings import Severity
-from inference_rollout.budget.lint import lint_release, precision_of
+from inference_rollout.budget.lint import lint_release
+from inference_rollout.budget.precision import precision_of
 from inference_rollout.budget.presets import get_preset
 
 GOOD_ARGS = ("--model", "meta-llama/Llama-3.1-8B-Instruct", "--max-num-seqs", "32",

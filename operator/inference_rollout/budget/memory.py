@@ -2,10 +2,11 @@
 
 vLLM takes ``--gpu-memory-utilization`` of each GPU up front.  From that share it subtracts the
 weights and the temporaries its profiling run measured; what is left is the KV-cache pool, cut
-into blocks of ``--block-size`` tokens.  So the questions are (a) does the pool hold one
-``--max-model-len`` sequence (vLLM refuses to start otherwise) and (b) how many full-length
-sequences fit against ``--max-num-seqs`` (more are preempted and recomputed).  The principles
-text's rule "weights + KV + temporaries + 20% headroom" is reported as ``headroom``.
+into blocks of ``--block-size`` tokens and shared by the model's layer types as :mod:`.kv`
+describes (full, sliding-window and chunked layers; MLA).  So the questions are (a) does the pool
+hold one ``--max-model-len`` request (vLLM refuses to start otherwise) and (b) how many fit at
+once against ``--max-num-seqs`` (more are preempted and recomputed).  The principles text's rule
+"weights + KV + temporaries + 20% headroom" is reported as ``headroom``.
 
 All sizes are per GPU of a replica of ``--tensor-parallel-size`` × ``--pipeline-parallel-size``
 GPUs, except ``kv_bytes_per_token`` and ``full_context_kv_bytes`` which are for the whole model.
