@@ -12,7 +12,9 @@ from typing import Any
 
 import pytest
 import yaml
+from pydantic import ValidationError
 
+from inference_rollout.api.spec import InferenceRolloutSpec
 from inference_rollout.budget.lint import LintResult, lint_manifest
 from inference_rollout.budget.units import GIB
 from inference_rollout.cli.offline import EXIT_FINDINGS, run_budget, run_lint
@@ -244,3 +246,11 @@ def test_an_empty_helm_port_is_a_field_error_in_lint_and_budget(tmp_path: Path) 
     out = io.StringIO()
     assert run_budget(str(path), "json", out=out) == EXIT_FINDINGS
     assert json.loads(out.getvalue())["findings"][0]["code"] == "SPEC-INVALID"
+
+
+@pytest.mark.parametrize("value", [float("inf"), float("nan"), 1e6])
+def test_the_operators_model_rejects_unbounded_gpu_memory_naming_the_field(value: float) -> None:
+    # the reconcile parses specs with the same models: a ValidationError there is Valid=False
+    with pytest.raises(ValidationError) as caught:
+        InferenceRolloutSpec.parse(rollout(gpuMemoryGiB=value)["spec"])
+    assert [e["loc"] for e in caught.value.errors()] == [("model", "gpuMemoryGiB")]
