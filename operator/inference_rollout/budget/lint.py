@@ -138,11 +138,18 @@ def _gpu(facts: ReleaseFacts) -> GpuSpec | None:
     return GpuSpec(facts.gpu_memory_gib, facts.gpu_product)
 
 
+def _shape(model: ModelArchitecture) -> tuple[object, ...]:
+    """What makes two presets different models for the budget (DeepSeek-V3 and R1 are one)."""
+    return (model.parameters, model.layers, model.kv_heads, model.head_dim, model.max_context,
+            model.kv_lora_rank, model.local_layers, model.local_window)
+
+
 def _budget(facts: ReleaseFacts, args: VllmArgs, gpu: GpuSpec | None,
             model: ModelArchitecture | None) -> tuple[MemoryBudget | None, list[Finding]]:
     notes = []
     named = preset_for_model(args.model)
-    if facts.model is not None and facts.model.hf_repo and named and named.name != facts.model.name:
+    if facts.model is not None and facts.model.hf_repo and named \
+            and _shape(named) != _shape(facts.model):
         notes.append(Finding(
             "P2-MODEL-MISMATCH", Severity.WARNING, "spec.model.preset",
             f"spec.model.preset is {facts.model.name} but --model {args.model} is {named.name}: "
