@@ -90,6 +90,18 @@ def test_an_undefined_variable_reaches_vllm_as_written_so_it_is_an_error() -> No
     assert invalid.is_error and "not defined in the container's env" in invalid.message
 
 
+@pytest.mark.parametrize("env_value", [{"value": "4096"}, {"valueFrom": {"secretKeyRef": {}}}])
+def test_shell_variables_in_sh_c_are_expanded_from_env(env_value: dict[str, Any]) -> None:
+    script = ["sh", "-c", "exec vllm serve meta-llama/Llama-3.1-8B-Instruct --max-num-seqs 16 "
+              "--max-model-len ${MAX_LEN}"]
+    result = lint_manifest(rollout(script, env=[{"name": "MAX_LEN", **env_value}]))
+    assert errors(result) == []
+    if "value" in env_value:
+        assert result.budget is not None and result.budget.max_model_len == 4096
+    else:
+        assert "ARGS-UNRESOLVED" in codes(result)
+
+
 def test_escaped_variable_is_literal() -> None:
     result = lint_manifest(rollout(llama(max_len="$$(MAX_LEN)"),
                                    env=[{"name": "MAX_LEN", "value": "4096"}]))

@@ -108,12 +108,17 @@ def _looks_like_flag(token: str) -> bool:
     return False
 
 
+def is_shell_script(word: str, following: str) -> bool:
+    """``sh -c`` (or ``bash -lc``, ...): the next word is a shell script."""
+    return word.rsplit("/", 1)[-1] in _SHELLS and following.startswith("-") \
+        and following.endswith("c")
+
+
 def _unwrap_shell(argv: Sequence[str]) -> list[str]:
     """``["sh", "-c", "exec vllm serve m --x 1"]`` → the vllm command's own tokens."""
     tokens = [str(a) for a in argv]
     for i in range(len(tokens) - 2):
-        is_shell = tokens[i].rsplit("/", 1)[-1] in _SHELLS
-        if is_shell and tokens[i + 1].startswith("-") and tokens[i + 1].endswith("c"):
+        if is_shell_script(tokens[i], tokens[i + 1]):
             try:
                 script = shlex.split(tokens[i + 2])
             except ValueError as e:

@@ -23,6 +23,7 @@ from inference_rollout.api.spec import (
     serving_argv,
 )
 
+from .args import is_shell_script
 from .gpu import GPU_PRODUCT_LABELS, UnknownGpuError, gpu_from_label
 from .presets import LOCAL_KINDS, ModelArchitecture, UnknownPresetError, get_preset
 
@@ -196,7 +197,27 @@ def container_argv(container: Mapping[str, Any], path: str) -> tuple[str, ...]:
     _list(container.get("command"), f"{path}.command")
     _list(container.get("args"), f"{path}.args")
     env = container_env(container, path)
-    return tuple(expand_references(word, env) for word in serving_argv(dict(container)))
+    words = [expand_references(word, env) for word in serving_argv(dict(container))]
+    for i in range(len(words) - 2):
+        if is_shell_script(words[i], words[i + 1]):
+            words[i + 2] = _SHELL_VARIABLE.sub(
+                lambda m: env.get(m.group(1) or m.group(2)) or m.group(0), words[i + 2])
+    return tuple(words)
+
+
+# $VAR and ${VAR} in a sh -c script: the shell expands them from the container's env (and the
+# image's, which offline is unknown: such a variable is left as written and reported unresolved).
+_SHELL_VARIABLE = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
+
+
+def _unresolved(words: list[str], env: Mapping[str, str | None]) -> tuple[str, ...]:
+    """Variables in the command line whose values exist only at run time."""
+    names = [name for word in words for name in unknown_references(word, env)]
+    for i in range(len(words) - 2):
+        if is_shell_script(words[i], words[i + 1]):
+            names += [m.group(1) or m.group(2) for m in _SHELL_VARIABLE.finditer(words[i + 2])
+                      if env.get(m.group(1) or m.group(2)) is None]
+    return tuple(names)
 
 
 def container_env(container: Mapping[str, Any], path: str) -> dict[str, str | None]:
@@ -311,8 +332,7 @@ def facts_from_manifest(
     return ReleaseFacts(
         container_args=container_argv(container, container_path),
         container_env=env,
-        unresolved_variables=tuple(name for word in serving_argv(dict(container))
-                                   for name in unknown_references(word, env)),
+        unresolved_variables=_unresolved(serving_argv(dict(container)), env),
         container_path=container_path,
         profile=str(spec.get("profile") or "latency"),
         model=model,

@@ -203,12 +203,14 @@ def _args_finding(facts: ReleaseFacts, error: VllmArgsError) -> Finding:
     """A flag vLLM would reject is an error, unless its value is a ``$(VAR)`` whose value exists
     only at run time (``valueFrom``, ``envFrom``): then the lints cannot tell, and say so."""
     field = qualify_field(arg_field(error.flag), facts.container_path)
-    unknown = [name for name in facts.unresolved_variables if f"$({name})" in str(error)]
+    unknown = [name for name in facts.unresolved_variables
+               if any(ref in str(error) for ref in (f"$({name})", f"${name}", f"${{{name}}}"))]
     if unknown:
         return Finding("ARGS-UNRESOLVED", Severity.INFO, field, (
-            f"{error.flag} uses $({unknown[0]}), whose value comes from a Secret, ConfigMap or "
-            "the downward API at run time: the budget and the lints that need the command line "
-            "are skipped. Give the variable a literal value in env to have them checked"))
+            f"{error.flag} uses the variable {unknown[0]}, whose value exists only at run time (a "
+            "Secret, ConfigMap, the downward API or the image's env): the budget and the lints "
+            "that need the command line are skipped. Give it a literal value in env to have "
+            "them checked"))
     undefined = " ($(VAR) not defined in the container's env is passed as written)" \
         if "$(" in str(error) else ""
     return Finding("ARGS-INVALID", Severity.ERROR, field,
