@@ -222,7 +222,7 @@ def test_serving_container_is_vllm_else_the_first() -> None:
     ]}})
     assert template.serving_container()["name"] == "vllm"
     assert template.serving_port() == 8000
-    assert template.serving_args() == ["serve", "--max-num-seqs", "32"]
+    assert template.serving_args() == ["vllm", "serve", "--max-num-seqs", "32"]
 
 
 def test_models_are_frozen() -> None:

@@ -289,6 +289,9 @@ def test_more_tensor_parallelism_never_adds_weights_per_gpu(
 def test_errors_mean_vllm_cannot_start(model: ModelArchitecture, args: VllmArgs,
                                        gpu: GpuSpec) -> None:
     b = compute_budget(model, args, gpu)
+    whole_blocks = -(-(b.max_model_len or 0) // 16) * 16  # vLLM allocates whole blocks
+    beyond_context = bool(args.max_model_len and model.max_context
+                          and args.max_model_len > model.max_context)
     cannot_start = b.pool_tokens == 0 or (b.max_model_len is not None
-                                          and b.pool_tokens < b.max_model_len)
+                                          and b.pool_tokens < whole_blocks) or beyond_context
     assert any(f.is_error for f in b.findings) == cannot_start

@@ -163,3 +163,15 @@ def test_commands_register_on_the_plugins_parser() -> None:
 def test_main_runs_a_command(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["budget", "-f", str(GOOD)]) == EXIT_OK
     assert "headroom" in capsys.readouterr().out
+
+
+def test_gemma3_example_fits_only_with_the_hybrid_kv_cache_manager(tmp_path: Path) -> None:
+    example = EXAMPLES / "gemma-3-27b-131k.yaml"
+    code, out = budget(example, "json")
+    report = json.loads(out)
+    assert code == EXIT_OK and round(report["sequenceKvGiB"], 2) == 13.66
+    assert [f["code"] for f in report["findings"]] == ["P2-PREEMPTION", "P2-HEADROOM"]
+    off = tmp_path / "off.yaml"
+    off.write_text(example.read_text().replace('"4"]', '"4", --disable-hybrid-kv-cache-manager]'))
+    code, out = budget(off, "json")
+    assert code == EXIT_FINDINGS and json.loads(out)["findings"][0]["code"] == "P2-KV-POOL"

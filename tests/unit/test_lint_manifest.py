@@ -60,7 +60,7 @@ def test_facts_of_a_full_manifest() -> None:
     assert facts.container_args == ("--model", "meta-llama/Llama-3.1-8B-Instruct",
                                     "--max-num-seqs", "32", "--max-model-len", "8192")
     assert facts.model == get_preset("llama-3.1-8b")
-    assert (facts.gpu_memory_gib, facts.gpu_product) == (80, "NVIDIA-H100-80GB-HBM3")
+    assert (facts.gpu_memory_gib, facts.gpu_product) == (79.65, "NVIDIA-H100-80GB-HBM3")
     assert facts.stable_container_args == ("--model", "old")
     assert [m.name for m in facts.metrics] == ["error-rate", "conversion"]
     assert facts.metrics[1].query == "sum(x)" and facts.metrics[0].template == "error-rate"

@@ -7,7 +7,8 @@ import pytest
 from inference_rollout.budget.args import parse_vllm_args
 from inference_rollout.budget.facts import MetricFact, ReleaseFacts
 from inference_rollout.budget.findings import Severity
-from inference_rollout.budget.lint import lint_release, precision_of
+from inference_rollout.budget.lint import lint_release
+from inference_rollout.budget.precision import precision_of
 from inference_rollout.budget.presets import get_preset
 
 GOOD_ARGS = ("--model", "meta-llama/Llama-3.1-8B-Instruct", "--max-num-seqs", "32",
@@ -50,6 +51,15 @@ def test_a_good_latency_release_is_clean() -> None:
         ({"args": (*GOOD_ARGS[:2], "--max-num-seqs", "48", "--max-model-len", "4096",
                                    "--speculative-config", '{"method": "ngram"}')},
          ["P1-LATENCY-BATCH", "P7-SPEC-BATCH"]),
+        # the seed: ≤ 16 golden, ~32 break-even (no finding), > 64 a net loss (a stronger one)
+        ({"args": (*GOOD_ARGS[:2], "--max-num-seqs", "32", "--max-model-len", "4096",
+                                   "--speculative-config", '{"method": "ngram"}')}, []),
+        ({"args": (*GOOD_ARGS[:2], "--max-num-seqs", "64", "--max-model-len", "4096",
+                                   "--speculative-config", '{"method": "ngram"}')},
+         ["P1-LATENCY-BATCH", "P7-SPEC-BATCH"]),
+        ({"args": (*GOOD_ARGS[:2], "--max-num-seqs", "65", "--max-model-len", "4096",
+                                   "--speculative-config", '{"method": "ngram"}')},
+         ["P1-LATENCY-BATCH", "P7-SPEC-NET-LOSS"]),
         # Principle 9: the analysis must watch latency and errors
         ({"slo_present": False}, ["P9-NO-LATENCY-METRIC"]),
         ({"slo_present": False, "metrics": (*WATCHED, MetricFact("ttft", "ttft-p99", None))}, []),
@@ -97,6 +107,13 @@ AWQ = ("--model", "hugging-quants/Meta-Llama-3.1-8B-Instruct-AWQ-INT4", "--max-n
         (GOOD_ARGS, GOOD_ARGS, {}, True),
         ((*GOOD_ARGS, "-q", "gptq_marlin"), (*GOOD_ARGS, "-q", "gptq"), {}, True),  # a kernel
         (AWQ, None, {}, True),  # the stable release is unknown: nothing to compare
+        # issue 14: auto on a bf16 model is bfloat16; going back to more bytes loses nothing
+        ((*GOOD_ARGS, "--kv-cache-dtype", "bfloat16"), GOOD_ARGS, {}, True),
+        (GOOD_ARGS, AWQ, {}, True),  # de-quantizing AWQ → bf16
+        (GOOD_ARGS, (*GOOD_ARGS, "--kv-cache-dtype", "fp8"), {}, True),
+        ((*GOOD_ARGS, "-q", "gptq"), AWQ, {}, False),  # another 4-bit method: still a change
+        # a sh -c wrapper on the stable side is read through (one argv rule, issue 12)
+        (AWQ, ("sh", "-c", "exec vllm serve meta-llama/Llama-3.1-8B-Instruct"), {}, False),
         (AWQ, ("--max-num-seqs", "x"), {}, True),
     ],
 )
@@ -110,10 +127,14 @@ def test_quantization_change_needs_a_business_gate(
 
 
 def test_precision_signature() -> None:
-    assert precision_of(parse_vllm_args(GOOD_ARGS)) == "unquantized/auto"
-    assert precision_of(parse_vllm_args(AWQ)) == "awq@0.52/auto"
-    assert precision_of(parse_vllm_args(["-q", "fp8", "--kv-cache-dtype", "fp8"])) == (
+    assert str(precision_of(parse_vllm_args(GOOD_ARGS))) == "unquantized/16-bit"
+    assert str(precision_of(parse_vllm_args(AWQ))) == "awq@0.52/16-bit"
+    assert str(precision_of(parse_vllm_args(["-q", "fp8", "--kv-cache-dtype", "fp8"]))) == (
         "fp8@1.00/fp8_e4m3")
+    bf16 = parse_vllm_args([*GOOD_ARGS, "--kv-cache-dtype", "bfloat16"])
+    assert precision_of(bf16) == precision_of(parse_vllm_args(GOOD_ARGS))
+    assert str(precision_of(parse_vllm_args(GOOD_ARGS), get_preset("deepseek-v3"))) == (
+        "fp8@1.00/16-bit")
 
 
 def test_budget_errors_block_the_release() -> None:
@@ -140,10 +161,13 @@ def test_invalid_args_are_an_error_on_the_flag() -> None:
         ({"gpu_memory_gib": None, "gpu_product": None}, ["P2-NO-GPU"]),
         ({"gpu_memory_gib": None, "gpu_product": "Acme-X"}, ["P2-NO-GPU"]),
         ({"model": get_preset("qwen2.5-7b")}, ["P2-MODEL-MISMATCH"]),
+        ({"args": ("--model", "deepseek-ai/DeepSeek-R1", "-tp", "8", "--max-num-seqs", "16",
+                   "--max-model-len", "8192"), "model": get_preset("deepseek-v3"),
+          "gpu_memory_gib": 141.0}, []),  # the same architecture under another name
     ],
 )
 def test_budget_inputs(changes: dict[str, object], expected: list[str]) -> None:
     args = changes.pop("args", GOOD_ARGS)
     result = lint_release(facts(args, **changes))  # type: ignore[arg-type]
     assert [f.code for f in result.findings] == expected
-    assert (result.budget is None) == (expected != ["P2-MODEL-MISMATCH"])
+    assert (result.budget is None) == bool({"P2-NO-MODEL", "P2-NO-GPU"} & set(expected))

@@ -97,6 +97,15 @@ class PodTemplate(Model):
     def serving_port(self) -> int:
         """The port named ``http`` on the serving container, else its only port."""
         c = self.serving_container()
+        declared = c.get("ports") or []
+        for i, port in enumerate(declared if isinstance(declared, list) else []):
+            number = port.get("containerPort") if isinstance(port, dict) else None
+            if isinstance(port, dict) and "containerPort" in port and (
+                    isinstance(number, bool) or not isinstance(number, int)):
+                raise ValueError(
+                    f"spec.template.spec.containers[name={c.get('name')}].ports[{i}]"
+                    f".containerPort: must be an integer port number, got {number!r} (an empty "
+                    "Helm value renders as null)")
         ports = [p for p in c.get("ports") or [] if isinstance(p, dict) and "containerPort" in p]
         named = [p for p in ports if p.get("name") == SERVING_PORT_NAME]
         if named:
@@ -109,27 +118,62 @@ class PodTemplate(Model):
         )
 
     def serving_args(self) -> list[str]:
-        c = self.serving_container()
-        return [str(a) for a in (c.get("command") or [])[1:] + (c.get("args") or [])]
+        return serving_argv(self.serving_container())
+
+
+def serving_argv(container: dict[str, Any]) -> list[str]:
+    """The serving container's command line: ``command`` + ``args``, the executable included (a
+    ``sh -c "vllm serve ..."`` wrapper is read through it), as strings; YAML's ``true`` as vLLM
+    spells it.  The one rule for the operator, the evaluation gate and the budget."""
+    words = [*(container.get("command") or []), *(container.get("args") or [])]
+    return [str(w).lower() if isinstance(w, bool) else str(w) for w in words]
 
 
 # --- model architecture, for the memory budget (Principle 2) -----------------------------------
 
-DType = Literal["float32", "float16", "bfloat16", "fp8", "int8", "int4"]
+DType = Literal["float32", "float16", "bfloat16", "fp8", "int8", "int4", "mxfp4", "nvfp4"]
+#: Bounds that keep the budget's arithmetic finite (and reject .inf, which the CRD's number type
+#: would otherwise store): no GPU has a TiB, no model 100 T parameters.
+MAX_GPU_MEMORY_GIB = 1024
+MAX_PARAMETERS_BILLIONS = 100_000
+MAX_MODEL_DIMENSION = 1 << 24  # layers, heads, head/latent sizes, experts, windows
+
+
+def _dimension(description: str | None = None, minimum: int = 1) -> Any:
+    return Field(None, ge=minimum, le=MAX_MODEL_DIMENSION, description=description)
+
+
+class LocalAttentionSpec(Model):
+    """Layers that attend to recent tokens only: ``slidingWindow`` (Gemma 2/3, gpt-oss:
+    ``sliding_window``) or ``chunked`` (Llama 4: ``attention_chunk_size``).  The other layers
+    attend to the whole sequence."""
+
+    kind: Literal["slidingWindow", "chunked"]
+    layers: int = Field(ge=1, le=MAX_MODEL_DIMENSION, description="How many layers are local.")
+    window: int = Field(ge=1, le=MAX_MODEL_DIMENSION, description="Window or chunk, tokens.")
 
 
 class ModelSpec(Model):
     """Architecture of the served model: a known preset or explicit numbers."""
 
     preset: str | None = Field(None, description="A preset name, e.g. llama-3.1-8b.")
-    parameters_billions: float | None = Field(None, gt=0, description="Parameter count, billions.")
-    layers: int | None = Field(None, ge=1)
-    kv_heads: int | None = Field(None, ge=1, description="Key/value heads (GQA-aware).")
-    head_dim: int | None = Field(None, ge=1)
+    parameters_billions: float | None = Field(
+        None, gt=0, le=MAX_PARAMETERS_BILLIONS, allow_inf_nan=False,
+        description="Parameter count, billions (MoE: every expert).")
+    layers: int | None = _dimension()
+    kv_heads: int | None = _dimension("Key/value heads (GQA-aware).")
+    head_dim: int | None = _dimension()
     dtype: DType | None = Field(None, description="Weight dtype before quantization.")
     gpu_memory_gi_b: float | None = Field(
-        None, alias="gpuMemoryGiB", gt=0, description="Memory of one GPU, GiB (else node label)."
+        None, alias="gpuMemoryGiB", gt=0, le=MAX_GPU_MEMORY_GIB, allow_inf_nan=False,
+        description="Memory of one GPU, GiB (else node label)."
     )
+    attention_heads: int | None = _dimension("Query heads: tensor parallelism must divide them.")
+    kv_lora_rank: int | None = _dimension("MLA (DeepSeek): the cached latent's size.")
+    qk_rope_head_dim: int | None = _dimension("MLA: the RoPE part cached beside it.", 0)
+    local_attention: LocalAttentionSpec | None = None
+    experts: int | None = _dimension("MoE: routed experts per layer (all in GPU memory).")
+    active_experts: int | None = _dimension("MoE: experts each token runs through.")
 
 
 # --- traffic ------------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ from .args import SpeculativeConfig, VllmArgs, VllmArgsError, parse_vllm_args
 from .facts import ManifestError, MetricFact, ReleaseFacts, facts_from_manifest, model_from_spec
 from .findings import Finding, Severity
 from .gpu import GpuSpec, UnknownGpuError, gpu_from_label
+from .kv import KvLayout, kv_layout
 from .lint import LintResult, lint_manifest, lint_release
 from .memory import MemoryBudget, compute_budget, kv_bytes_per_token
 from .presets import PRESETS, ModelArchitecture, get_preset, preset_for_model
@@ -16,6 +17,7 @@ __all__ = [
     "PRESETS",
     "Finding",
     "GpuSpec",
+    "KvLayout",
     "LintResult",
     "ManifestError",
     "MemoryBudget",
@@ -32,6 +34,7 @@ __all__ = [
     "get_preset",
     "gpu_from_label",
     "kv_bytes_per_token",
+    "kv_layout",
     "lint_manifest",
     "lint_release",
     "model_from_spec",

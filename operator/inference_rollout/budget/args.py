@@ -14,12 +14,13 @@ Only the flags the budget and the lints use are typed; the others are ignored.  
 from __future__ import annotations
 
 import json
+import math
 import shlex
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .dtypes import VLLM_DTYPES
+from .dtypes import KV_CACHE_DTYPE_PREFIXES, KV_CACHE_DTYPES, VLLM_DTYPES
 from .units import parse_human_int
 from .vllm_defaults import DEFAULT_GPU_MEMORY_UTILIZATION
 
@@ -58,6 +59,8 @@ class VllmArgs:
     block_size: int | None = None
     speculative: SpeculativeConfig | None = None
     enable_chunked_prefill: bool | None = None  # None: vLLM's default, on for generative models
+    hybrid_kv_cache: bool = True  # False: --disable-hybrid-kv-cache-manager (all layers full)
+    context_overridden: bool = False  # --hf-overrides / --rope-scaling may extend the context
 
     @property
     def gpus_per_replica(self) -> int:
@@ -77,6 +80,8 @@ _BOOLEAN_FLAGS = frozenset({
 _BOOLEAN_WORDS = {"true": "true", "false": "false", "1": "true", "0": "false"}
 _LAUNCHER_WORDS = frozenset({"vllm", "serve", "python", "python3", "exec", "env",
                              "vllm.entrypoints.openai.api_server"})
+# Flags that can extend the model's context past max_position_embeddings (rope scaling).
+_CONTEXT_FLAGS = ("--hf-overrides", "--rope-scaling", "--rope-theta")
 _SHELLS = frozenset({"sh", "bash", "dash", "zsh"})
 _SHELL_SEPARATORS = frozenset({"&&", "||", ";", "|"})
 
@@ -103,12 +108,17 @@ def _looks_like_flag(token: str) -> bool:
     return False
 
 
+def is_shell_script(word: str, following: str) -> bool:
+    """``sh -c`` (or ``bash -lc``, ...): the next word is a shell script."""
+    return word.rsplit("/", 1)[-1] in _SHELLS and following.startswith("-") \
+        and following.endswith("c")
+
+
 def _unwrap_shell(argv: Sequence[str]) -> list[str]:
     """``["sh", "-c", "exec vllm serve m --x 1"]`` → the vllm command's own tokens."""
     tokens = [str(a) for a in argv]
     for i in range(len(tokens) - 2):
-        is_shell = tokens[i].rsplit("/", 1)[-1] in _SHELLS
-        if is_shell and tokens[i + 1].startswith("-") and tokens[i + 1].endswith("c"):
+        if is_shell_script(tokens[i], tokens[i + 1]):
             try:
                 script = shlex.split(tokens[i + 2])
             except ValueError as e:
@@ -217,6 +227,22 @@ def _utilization(raw: str | None) -> float:
     return value
 
 
+def _offload_gib(raw: str | None) -> float:
+    flag = "--cpu-offload-gb"
+    value: float = _typed(flag, raw, float, "a number")
+    if not math.isfinite(value) or value < 0:
+        raise VllmArgsError(flag, f"must be a finite number of GiB ≥ 0, got {raw}")
+    return value
+
+
+def _kv_cache_dtype(raw: str | None) -> str:
+    flag = "--kv-cache-dtype"
+    value = _require(flag, raw).lower()
+    if value not in KV_CACHE_DTYPES and not value.startswith(KV_CACHE_DTYPE_PREFIXES):
+        raise VllmArgsError(flag, f"{raw!r} is not one of {', '.join(sorted(KV_CACHE_DTYPES))}")
+    return value
+
+
 def _choice(flag: str, raw: str | None, choices: frozenset[str]) -> str:
     value = _require(flag, raw)
     if value.lower() not in choices:
@@ -303,7 +329,7 @@ def parse_vllm_args(argv: Sequence[str]) -> VllmArgs:
                                               options["--pipeline-parallel-size"])
                                 if given("--pipeline-parallel-size") else 1),
         dtype=_choice("--dtype", options["--dtype"], VLLM_DTYPES) if given("--dtype") else "auto",
-        kv_cache_dtype=(_require("--kv-cache-dtype", options["--kv-cache-dtype"]).lower()
+        kv_cache_dtype=(_kv_cache_dtype(options["--kv-cache-dtype"])
                         if given("--kv-cache-dtype") else "auto"),
         quantization=(_nullable(_require("--quantization", options["--quantization"]))
                       if given("--quantization") else None),
@@ -313,11 +339,14 @@ def parse_vllm_args(argv: Sequence[str]) -> VllmArgs:
         kv_cache_memory_bytes=(
             _positive_int("--kv-cache-memory-bytes", options["--kv-cache-memory-bytes"], True)
             if given("--kv-cache-memory-bytes") else None),
-        cpu_offload_gb=(_typed("--cpu-offload-gb", options["--cpu-offload-gb"], float, "a number")
+        cpu_offload_gb=(_offload_gib(options["--cpu-offload-gb"])
                         if given("--cpu-offload-gb") else 0.0),
         block_size=(_positive_int("--block-size", options["--block-size"])
                     if given("--block-size") else None),
         speculative=_speculative(options),
         enable_chunked_prefill=(_boolean("--enable-chunked-prefill", chunked)
                                 if given("--enable-chunked-prefill") else None),
+        hybrid_kv_cache=not (given("--disable-hybrid-kv-cache-manager") and _boolean(
+            "--disable-hybrid-kv-cache-manager", options["--disable-hybrid-kv-cache-manager"])),
+        context_overridden=any(given(f) for f in _CONTEXT_FLAGS),
     )

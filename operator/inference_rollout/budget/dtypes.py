@@ -35,7 +35,8 @@ _FLOAT_DTYPE_BYTES = {
 VLLM_DTYPES = frozenset({"auto", *_FLOAT_DTYPE_BYTES})
 
 # spec.model.dtype may name a quantized storage type (a pre-quantized checkpoint).
-_STORAGE_DTYPE_BYTES = {"fp8": EIGHT_BIT_BYTES, "int8": EIGHT_BIT_BYTES, "int4": INT4_GROUP_BYTES}
+_STORAGE_DTYPE_BYTES = {"fp8": EIGHT_BIT_BYTES, "int8": EIGHT_BIT_BYTES, "int4": INT4_GROUP_BYTES,
+                        "mxfp4": MXFP4_BYTES, "nvfp4": NVFP4_BYTES}
 
 _QUANTIZATION_BYTES: dict[str, float] = {
     **dict.fromkeys(
@@ -57,7 +58,15 @@ _KV_CACHE_DTYPE_BYTES = {
     "float16": FLOAT16_BYTES,
     "bfloat16": FLOAT16_BYTES,
     "int8": EIGHT_BIT_BYTES,
+    "int8_per_token_head": EIGHT_BIT_BYTES,
+    "nvfp4": NVFP4_BYTES,
 }
+# The values vLLM's CacheDType accepts across 0.9-0.2x (vllm/config/cache.py); "fp16" is not one.
+KV_CACHE_DTYPES = frozenset({
+    "auto", "float16", "bfloat16", "int8", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla",
+    "int8_per_token_head", "fp8_per_token_head", "int4_per_token_head", "nvfp4",
+})
+KV_CACHE_DTYPE_PREFIXES = ("turboquant_",)
 
 
 def float_dtype_bytes(dtype: str) -> float | None:
@@ -74,15 +83,18 @@ def activation_bytes(vllm_dtype: str) -> float:
     return FLOAT16_BYTES if explicit is None else explicit
 
 
-def unquantized_weight_bytes(vllm_dtype: str, model_dtype: str) -> float:
-    """Bytes per weight when no ``--quantization`` is given."""
+def unquantized_weight_bytes(vllm_dtype: str) -> float:
+    """Bytes per weight of an unquantized model: an explicit ``--dtype``, else 16 bits (a 16-bit
+    model, or float32 down-cast by ``--dtype auto``)."""
     explicit = float_dtype_bytes(vllm_dtype)
-    if explicit is not None:
-        return explicit
-    stored = _STORAGE_DTYPE_BYTES.get(model_dtype.lower())
-    if stored is not None:
-        return stored
-    return FLOAT16_BYTES  # a 16-bit model, or float32 down-cast by --dtype auto
+    return FLOAT16_BYTES if explicit is None else explicit
+
+
+def stored_weight_bytes(model_dtype: str) -> float | None:
+    """Bytes per quantized weight of a pre-quantized checkpoint (``spec.model.dtype`` fp8, int8,
+    int4, mxfp4, nvfp4), or None for a float model.  ``--dtype`` does not change these: it is the
+    activation dtype."""
+    return _STORAGE_DTYPE_BYTES.get(model_dtype.lower())
 
 
 def kv_cache_bytes(kv_cache_dtype: str, activation: float) -> tuple[float, bool]:

@@ -6,6 +6,7 @@ traffic (``Valid=False``), a ``warning`` or ``info`` is reported and the release
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -15,17 +16,20 @@ from pydantic import ValidationError
 from inference_rollout.api.spec import InferenceRolloutSpec
 
 from .args import VllmArgs, VllmArgsError, parse_vllm_args
-from .dtypes import normalized_kv_cache_dtype, weight_quantization
 from .facts import ManifestError, ReleaseFacts, facts_from_manifest
 from .findings import Finding, Severity, arg_field, qualify_field
 from .gpu import GpuSpec
 from .memory import MemoryBudget, compute_budget
+from .precision import quantization_gate
 from .presets import PRESETS, ModelArchitecture, preset_for_model
 from .vllm_defaults import effective_max_num_seqs, max_num_seqs_default_note
 
-# Principles 1 and 7: interactive traffic wants batches of 16-32; speculative decoding breaks
-# even around 32 concurrent sequences and loses beyond.
+# Principles 1 and 7: interactive traffic wants batches of 16-32.  Speculative decoding is at its
+# best up to 16 concurrent sequences, breaks even around 32 and is a net loss beyond 64.
 MAX_INTERACTIVE_BATCH = 32
+SPECULATION_GOLDEN_BATCH = 16
+SPECULATION_BREAK_EVEN_BATCH = 32
+SPECULATION_LOSS_BATCH = 64
 LATENCY_TEMPLATES = frozenset({"ttft-p99", "itl-p99", "e2e-p99"})
 ERROR_TEMPLATES = frozenset({"error-rate"})
 # A user's PromQL counts as watching latency / errors when it reads one of these.
@@ -75,47 +79,25 @@ def _batch_and_speculation(facts: ReleaseFacts, args: VllmArgs, gpu: GpuSpec | N
             "is already busy and the draft only costs memory and compute. Remove "
             "--speculative-config, or serve small-batch traffic from a separate latency rollout",
         ))
-    elif speculative and max_num_seqs > MAX_INTERACTIVE_BATCH:
+    elif speculative and max_num_seqs > SPECULATION_LOSS_BATCH:
+        findings.append(Finding(
+            "P7-SPEC-NET-LOSS", Severity.WARNING, arg_field("--max-num-seqs"),
+            f"speculative decoding with --max-num-seqs {max_num_seqs}{unset_note} is a net loss: "
+            f"beyond {SPECULATION_LOSS_BATCH} concurrent sequences the target model is "
+            "compute-bound and every rejected draft token is wasted work, so full batches run "
+            f"slower than without speculation. Set --max-num-seqs ≤ {SPECULATION_GOLDEN_BATCH} "
+            "(where speculation gains most) or remove --speculative-config",
+        ))
+    elif speculative and max_num_seqs > SPECULATION_BREAK_EVEN_BATCH:
         findings.append(Finding(
             "P7-SPEC-BATCH", Severity.WARNING, arg_field("--max-num-seqs"),
-            f"speculative decoding with --max-num-seqs {max_num_seqs}{unset_note}: it pays off "
-            f"up to about {MAX_INTERACTIVE_BATCH} concurrent sequences and loses beyond. Set "
-            f"--max-num-seqs ≤ {MAX_INTERACTIVE_BATCH} or remove --speculative-config",
+            f"speculative decoding with --max-num-seqs {max_num_seqs}{unset_note}: it gains most "
+            f"up to {SPECULATION_GOLDEN_BATCH} concurrent sequences, breaks even around "
+            f"{SPECULATION_BREAK_EVEN_BATCH} and loses beyond {SPECULATION_LOSS_BATCH}, so full "
+            f"batches gain nothing. Set --max-num-seqs ≤ {SPECULATION_BREAK_EVEN_BATCH} or "
+            "remove --speculative-config",
         ))
     return findings
-
-
-# --- Principle 11: a precision change needs a business gate ---------------------------------------
-
-
-def precision_of(args: VllmArgs) -> str:
-    """Weights and KV-cache precision, comparable across releases: ``awq@0.52/auto``."""
-    quantization = weight_quantization(args.quantization, args.model)
-    weights = "unquantized"
-    if quantization is not None:
-        method = quantization.method.removesuffix("_marlin").removesuffix("_bitblas")
-        weights = f"{method}@{quantization.bytes_per_weight:.2f}"
-    return f"{weights}/{normalized_kv_cache_dtype(args.kv_cache_dtype)}"
-
-
-def _quantization_gate(facts: ReleaseFacts, args: VllmArgs) -> list[Finding]:
-    if facts.stable_container_args is None:
-        return []
-    try:
-        stable = parse_vllm_args(facts.stable_container_args)
-    except VllmArgsError:
-        return []  # the stable release is serving; its args are not this release's problem
-    before, after = precision_of(stable), precision_of(args)
-    has_business_metric = any(m.query for m in facts.metrics)
-    if before == after or facts.evaluation_present or has_business_metric:
-        return []
-    return [Finding(
-        "P11-QUANT-GATE", Severity.ERROR, "spec.evaluation",
-        f"this release changes precision (weights/KV cache) from {before} to {after} with no "
-        "business check: benchmarks like MMLU rarely show what quantization costs your prompts. "
-        "Add spec.evaluation (your evaluation set, run on canary and stable before traffic) or a "
-        "business metric in spec.analysis.metrics (a query with minRatioToStable)",
-    )]
 
 
 # --- Principle 9: what the analysis watches -------------------------------------------------------
@@ -156,11 +138,18 @@ def _gpu(facts: ReleaseFacts) -> GpuSpec | None:
     return GpuSpec(facts.gpu_memory_gib, facts.gpu_product)
 
 
+def _shape(model: ModelArchitecture) -> tuple[object, ...]:
+    """What makes two presets different models for the budget (DeepSeek-V3 and R1 are one)."""
+    return (model.parameters, model.layers, model.kv_heads, model.head_dim, model.max_context,
+            model.kv_lora_rank, model.local_layers, model.local_window)
+
+
 def _budget(facts: ReleaseFacts, args: VllmArgs, gpu: GpuSpec | None,
             model: ModelArchitecture | None) -> tuple[MemoryBudget | None, list[Finding]]:
     notes = []
     named = preset_for_model(args.model)
-    if facts.model is not None and facts.model.hf_repo and named and named.name != facts.model.name:
+    if facts.model is not None and facts.model.hf_repo and named \
+            and _shape(named) != _shape(facts.model):
         notes.append(Finding(
             "P2-MODEL-MISMATCH", Severity.WARNING, "spec.model.preset",
             f"spec.model.preset is {facts.model.name} but --model {args.model} is {named.name}: "
@@ -183,7 +172,8 @@ def _budget(facts: ReleaseFacts, args: VllmArgs, gpu: GpuSpec | None,
         ))
     if model is None or gpu is None:
         return None, notes
-    budget = compute_budget(model, args, gpu)
+    budget = compute_budget(model, args, gpu,
+                            allow_long_max_model_len=_allows_long_context(facts))
     return budget, [*budget.findings, *notes]
 
 
@@ -196,25 +186,101 @@ def lint_release(facts: ReleaseFacts) -> LintResult:
     try:
         args = parse_vllm_args(facts.container_args)
     except VllmArgsError as e:
-        invalid = Finding("ARGS-INVALID", Severity.ERROR,
-                          qualify_field(arg_field(e.flag), facts.container_path),
-                          f"{e}: vLLM would refuse this command line")
-        return LintResult((invalid, *analysis), None)
+        return LintResult((_args_finding(facts, e), *analysis), None)
     gpu = _gpu(facts)
     model = facts.model or preset_for_model(args.model)
     budget, budget_findings = _budget(facts, args, gpu, model)
-    findings = [*budget_findings, *_batch_and_speculation(facts, args, gpu, model),
-                *_quantization_gate(facts, args), *analysis]
+    findings = [*_tensor_parallel(args, model), *budget_findings,
+                *_batch_and_speculation(facts, args, gpu, model),
+                *quantization_gate(facts, args, model), *analysis]
     qualified = [Finding(f.code, f.severity, qualify_field(f.field, facts.container_path),
                          f.message) for f in findings]
     qualified.sort(key=lambda f: _SEVERITY_ORDER[f.severity])  # stable: errors first
     return LintResult(tuple(qualified), budget)
 
 
-def _schema_findings(manifest: Mapping[str, Any]) -> list[Finding]:
-    """What the API's own validation rejects: the operator would refuse the object too."""
+def _args_finding(facts: ReleaseFacts, error: VllmArgsError) -> Finding:
+    """A flag vLLM would reject is an error, unless its value is a ``$(VAR)`` whose value exists
+    only at run time (``valueFrom``, ``envFrom``): then the lints cannot tell, and say so."""
+    field = qualify_field(arg_field(error.flag), facts.container_path)
+    unknown = [name for name in facts.unresolved_variables
+               if any(ref in str(error) for ref in (f"$({name})", f"${name}", f"${{{name}}}"))]
+    if unknown:
+        return Finding("ARGS-UNRESOLVED", Severity.INFO, field, (
+            f"{error.flag} uses the variable {unknown[0]}, whose value exists only at run time (a "
+            "Secret, ConfigMap, the downward API or the image's env): the budget and the lints "
+            "that need the command line are skipped. Give it a literal value in env to have "
+            "them checked"))
+    undefined = " ($(VAR) not defined in the container's env is passed as written)" \
+        if "$(" in str(error) else ""
+    return Finding("ARGS-INVALID", Severity.ERROR, field,
+                   f"{error}: vLLM would refuse this command line{undefined}")
+
+
+def _tensor_parallel(args: VllmArgs, model: ModelArchitecture | None) -> list[Finding]:
+    """vLLM shards attention heads across tensor-parallel ranks and refuses to start when the
+    size does not divide them (KV heads: TP divides them, or they divide TP and are replicated);
+    MLA has no KV heads to shard."""
+    tp = args.tensor_parallel_size
+    if model is None or tp == 1:
+        return []
+    problems = []
+    if model.attention_heads and model.attention_heads % tp:
+        problems.append(f"{model.attention_heads} attention heads")
+    if not model.uses_mla and (model.kv_heads % tp if tp < model.kv_heads else tp % model.kv_heads):
+        problems.append(f"{model.kv_heads} KV heads")
+    if not problems:
+        return []
+    sizes = [n for n in (1, 2, 4, 8, 16) if n <= (model.attention_heads or model.kv_heads)
+             and not (model.attention_heads or 0) % n
+             and (model.uses_mla or not (model.kv_heads % n if n < model.kv_heads
+                                         else n % model.kv_heads))]
+    return [Finding(
+        "P2-TP-HEADS", Severity.ERROR, arg_field("--tensor-parallel-size"),
+        f"--tensor-parallel-size {tp} does not divide {model.name}'s {' and '.join(problems)}, "
+        f"so vLLM refuses to start. Use one of {', '.join(map(str, sizes))}",
+    )]
+
+
+def _allows_long_context(facts: ReleaseFacts) -> bool:
+    """VLLM_ALLOW_LONG_MAX_MODEL_LEN as vLLM reads it: ``bool(int(value))``."""
+    value = facts.container_env.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN") or "0"
     try:
-        InferenceRolloutSpec.model_validate(manifest.get("spec") or {})
+        return bool(int(value))
+    except ValueError:
+        return False
+
+
+INT64_MAX = 2**63 - 1
+
+
+def _unstorable_numbers(value: object, path: str) -> list[Finding]:
+    """Numbers the API server cannot store (JSON has no .inf/.nan; integers are int64)."""
+    if isinstance(value, Mapping):
+        items = [(f"{path}.{key}", item) for key, item in value.items()]
+        return [f for where, item in items for f in _unstorable_numbers(item, where)]
+    if isinstance(value, list):
+        items = [(f"{path}[{i}]", item) for i, item in enumerate(value)]
+        return [f for where, item in items for f in _unstorable_numbers(item, where)]
+    if isinstance(value, float) and not math.isfinite(value):
+        return [Finding("SPEC-INVALID", Severity.ERROR, path,
+                        f"{value} is not a number the API server can store: use a finite value")]
+    if isinstance(value, int) and not isinstance(value, bool) and not \
+            -INT64_MAX - 1 <= value <= INT64_MAX:
+        return [Finding("SPEC-INVALID", Severity.ERROR, path,
+                        "the integer does not fit in 64 bits (the API server rejects it)")]
+    return []
+
+
+def _schema_findings(manifest: Mapping[str, Any]) -> list[Finding]:
+    """What the API's own validation rejects: the operator would refuse the object too.  Strict
+    types, as the CRD schema checks them: ``"50"``, ``true`` or ``50.0`` are not integers."""
+    spec = manifest.get("spec") or {}
+    unstorable = _unstorable_numbers(spec, "spec")
+    if unstorable:
+        return unstorable
+    try:
+        InferenceRolloutSpec.model_validate(spec, strict=True)
     except ValidationError as e:
         findings = []
         for error in e.errors():
@@ -230,7 +296,21 @@ def _schema_findings(manifest: Mapping[str, Any]) -> list[Finding]:
 def lint_manifest(
     manifest: Mapping[str, Any], stable_container_args: tuple[str, ...] | None = None
 ) -> LintResult:
-    """Lint an InferenceRollout manifest: the API schema, then :func:`lint_release`."""
+    """Lint an InferenceRollout manifest: the API schema, then :func:`lint_release`.  Never
+    raises: a spec the lints cannot evaluate is an error finding (so ``Valid=False``), not a
+    crashed reconcile."""
+    try:
+        return _lint_manifest(manifest, stable_container_args)
+    except Exception as e:  # the contract: no exception escapes
+        return LintResult((Finding(
+            "LINT-FAILED", Severity.ERROR, "spec",
+            f"the lints could not evaluate this spec ({type(e).__name__}: {e}); the release is "
+            "held until they can. Please report it with the manifest"),), None)
+
+
+def _lint_manifest(
+    manifest: Mapping[str, Any], stable_container_args: tuple[str, ...] | None
+) -> LintResult:
     schema = _schema_findings(manifest)
     try:
         facts = facts_from_manifest(manifest, stable_container_args)

@@ -2,10 +2,11 @@
 
 vLLM takes ``--gpu-memory-utilization`` of each GPU up front.  From that share it subtracts the
 weights and the temporaries its profiling run measured; what is left is the KV-cache pool, cut
-into blocks of ``--block-size`` tokens.  So the questions are (a) does the pool hold one
-``--max-model-len`` sequence (vLLM refuses to start otherwise) and (b) how many full-length
-sequences fit against ``--max-num-seqs`` (more are preempted and recomputed).  The principles
-text's rule "weights + KV + temporaries + 20% headroom" is reported as ``headroom``.
+into blocks of ``--block-size`` tokens and shared by the model's layer types as :mod:`.kv`
+describes (full, sliding-window and chunked layers; MLA).  So the questions are (a) does the pool
+hold one ``--max-model-len`` request (vLLM refuses to start otherwise) and (b) how many fit at
+once against ``--max-num-seqs`` (more are preempted and recomputed).  The principles text's rule
+"weights + KV + temporaries + 20% headroom" is reported as ``headroom``.
 
 All sizes are per GPU of a replica of ``--tensor-parallel-size`` × ``--pipeline-parallel-size``
 GPUs, except ``kv_bytes_per_token`` and ``full_context_kv_bytes`` which are for the whole model.
@@ -27,11 +28,13 @@ from .args import VllmArgs
 from .dtypes import (
     activation_bytes,
     kv_cache_bytes,
+    stored_weight_bytes,
     unquantized_weight_bytes,
     weight_quantization,
 )
 from .findings import Finding, Severity, arg_field, model_field
 from .gpu import GpuSpec
+from .kv import KvLayout, kv_layout
 from .presets import ModelArchitecture, preset_for_model
 from .units import GIB, gib
 from .vllm_defaults import (
@@ -60,15 +63,18 @@ class MemoryBudget:
     max_num_seqs: int  # as given, or vLLM's default for this GPU
     weight_bytes_per_gpu: int
     temporary_bytes_per_gpu: int
-    kv_bytes_per_token: int  # whole model: 2 × layers × kv_heads × head_dim × KV dtype bytes
+    kv_bytes_per_token: int  # whole model, every layer: 2 × kv_heads × head_dim (or the MLA
+    # latent) × KV dtype bytes × layers
     kv_bytes_per_token_per_gpu: int  # kv heads split across TP (at least 1), layers across PP
     kv_pool_bytes_per_gpu: int  # negative when weights and temporaries exceed vLLM's share
-    pool_tokens: int  # whole blocks of the pool; never negative
-    full_length_sequences: int | None  # pool_tokens // max_model_len
-    full_context_kv_bytes: int | None  # max_num_seqs × max_model_len tokens, whole model
+    pool_tokens: int  # vLLM's "GPU KV cache size" (blocks / KV cache groups × block size)
+    full_length_sequences: int | None  # max_model_len requests the pool holds at once
+    sequence_kv_bytes_per_gpu: int | None  # one max_model_len request (local layers: the window)
+    full_context_kv_bytes: int | None  # max_num_seqs max_model_len requests, whole model
     full_context_kv_bytes_per_gpu: int | None
     headroom: float | None  # 1 − (weights + temporaries + full-context KV) / GPU memory
     findings: tuple[Finding, ...]
+    kv: KvLayout  # one GPU's KV cache by layer type
 
     @property
     def gpu_memory_bytes(self) -> int:
@@ -78,12 +84,11 @@ class MemoryBudget:
 def kv_bytes_per_token_per_gpu(
     model: ModelArchitecture, kv_element_bytes: float, tensor_parallel: int, pipeline_parallel: int
 ) -> int:
-    """2 (K and V) × layers × kv_heads × head_dim × bytes, for one GPU's share: kv heads split
-    across TP (replicated when TP > kv heads, so at least one per GPU), layers across PP stages
-    (the largest stage)."""
-    heads = max(1, math.ceil(model.kv_heads / tensor_parallel))
-    layers = math.ceil(model.layers / pipeline_parallel)
-    return round(2 * layers * heads * model.head_dim * kv_element_bytes)
+    """Every layer's KV bytes for one token on one GPU: kv heads split across TP (replicated when
+    TP > kv heads, so at least one per GPU; the MLA latent is on every GPU), layers across PP
+    stages (the largest stage)."""
+    return kv_layout(model, kv_element_bytes, tensor_parallel=tensor_parallel,
+                     pipeline_parallel=pipeline_parallel).token_bytes
 
 
 def kv_bytes_per_token(model: ModelArchitecture, kv_element_bytes: float) -> int:
@@ -97,13 +102,16 @@ def estimated_hidden_size(model: ModelArchitecture) -> int:
 
 
 def weight_bytes(model: ModelArchitecture, args: VllmArgs) -> float:
-    """The whole model's weights.  Quantization leaves the embeddings and LM head in 16 bits."""
+    """The whole model's weights.  Quantization (``--quantization``, a quantized checkpoint name,
+    or a quantized ``spec.model.dtype``) leaves the model's unquantized parameters (embeddings,
+    LM head) in 16 bits."""
     quantization = weight_quantization(args.quantization, args.model)
-    if quantization is None:
-        return model.parameters * unquantized_weight_bytes(args.dtype, model.dtype)
-    quantized = model.parameters - model.embedding_parameters
-    return (quantized * quantization.bytes_per_weight
-            + model.embedding_parameters * activation_bytes(args.dtype))
+    per_weight = (quantization.bytes_per_weight if quantization is not None
+                  else stored_weight_bytes(model.dtype))
+    if per_weight is None:
+        return model.parameters * unquantized_weight_bytes(args.dtype)
+    kept = model.unquantized_parameters
+    return (model.parameters - kept) * per_weight + kept * activation_bytes(args.dtype)
 
 
 def _draft_model(args: VllmArgs) -> tuple[ModelArchitecture | None, Finding | None]:
@@ -153,8 +161,10 @@ def _input_notes(model: ModelArchitecture, args: VllmArgs, kv_known: bool) -> li
     return notes
 
 
-def compute_budget(model: ModelArchitecture, args: VllmArgs, gpu: GpuSpec) -> MemoryBudget:
-    """The memory budget of ``model`` served with ``args`` on GPUs like ``gpu``."""
+def compute_budget(model: ModelArchitecture, args: VllmArgs, gpu: GpuSpec, *,
+                   allow_long_max_model_len: bool = False) -> MemoryBudget:
+    """The memory budget of ``model`` served with ``args`` on GPUs like ``gpu``.
+    ``allow_long_max_model_len``: the container sets VLLM_ALLOW_LONG_MAX_MODEL_LEN=1."""
     tp, pp = args.tensor_parallel_size, args.pipeline_parallel_size
     gpus = args.gpus_per_replica
     act_bytes = activation_bytes(args.dtype)
@@ -166,19 +176,25 @@ def compute_budget(model: ModelArchitecture, args: VllmArgs, gpu: GpuSpec) -> Me
     spec = args.speculative
     draft_tp = (spec.draft_tensor_parallel_size if spec else None) or tp
 
-    weights = weight_bytes(model, args) / gpus
-    kv_token = kv_bytes_per_token(model, kv_element)
-    kv_token_gpu = kv_bytes_per_token_per_gpu(model, kv_element, tp, pp)
-    if draft is not None:  # the draft keeps its own weights and KV cache in the same GPU memory
-        draft_args = VllmArgs(model=spec.model if spec else None, dtype=args.dtype)
-        weights += weight_bytes(draft, draft_args) / (draft_tp * pp)
-        kv_token += kv_bytes_per_token(draft, kv_element)
-        kv_token_gpu += kv_bytes_per_token_per_gpu(draft, kv_element, draft_tp, pp)
-    weights = max(0.0, weights - args.cpu_offload_gb * GIB)
-
     declared_len = None if args.max_model_len_auto else (args.max_model_len or model.max_context)
     max_num_seqs = effective_max_num_seqs(args, gpu, declared_len)
     batched_tokens = effective_max_num_batched_tokens(args, gpu, declared_len)
+    block = args.block_size or DEFAULT_BLOCK_SIZE
+    weights = weight_bytes(model, args) / gpus
+    draft_layers_gpu = draft_layers_whole = 0
+    if draft is not None:  # the draft keeps its own weights and KV cache in the same GPU memory
+        draft_args = VllmArgs(model=spec.model if spec else None, dtype=args.dtype)
+        weights += weight_bytes(draft, draft_args) / (draft_tp * pp)
+        # vLLM puts a draft's (full-attention) layers beside the target's in its KV groups.
+        draft_layers_gpu = _draft_layers(draft, model, kv_element, draft_tp, tp, pp)
+        draft_layers_whole = _draft_layers(draft, model, kv_element, 1, 1, 1)
+    weights = max(0.0, weights - args.cpu_offload_gb * GIB)
+    layout = kv_layout(model, kv_element, tensor_parallel=tp, pipeline_parallel=pp,
+                       block_size=block, batched_tokens=batched_tokens,
+                       hybrid=args.hybrid_kv_cache, extra_full_layers=draft_layers_gpu)
+    whole = kv_layout(model, kv_element, block_size=block, batched_tokens=batched_tokens,
+                      hybrid=args.hybrid_kv_cache, extra_full_layers=draft_layers_whole)
+
     hidden = estimated_hidden_size(model)
     activations = batched_tokens * (
         ACTIVATION_REPLICATED_WIDTH + ACTIVATION_SHARDED_WIDTH / tp) * hidden * act_bytes
@@ -186,40 +202,51 @@ def compute_budget(model: ModelArchitecture, args: VllmArgs, gpu: GpuSpec) -> Me
     temporaries = FIXED_OVERHEAD_BYTES + activations + logits
 
     gpu_bytes = gpu.memory_gib * GIB
-    usable = gpu_bytes * args.gpu_memory_utilization
     if args.kv_cache_memory_bytes is not None:
         pool = float(args.kv_cache_memory_bytes)
     else:
-        pool = usable - weights - temporaries
-    block = args.block_size or DEFAULT_BLOCK_SIZE
-    pool_tokens = max(0, math.floor(pool / (kv_token_gpu * block))) * block
+        pool = gpu_bytes * args.gpu_memory_utilization - weights - temporaries
+    pool_tokens = layout.pool_tokens(pool)
 
     max_model_len = declared_len
     if args.max_model_len_auto:  # vLLM fits the longest length the pool holds
-        max_model_len = min(model.max_context or pool_tokens, pool_tokens)
+        max_model_len = layout.longest_sequence(pool, model.max_context or pool_tokens)
 
-    full_length = full_context = full_context_gpu = None
+    full_length = sequence = full_context = full_context_gpu = None
     headroom = None
     if max_model_len:
-        full_length = pool_tokens // max_model_len
-        full_context = max_num_seqs * max_model_len * kv_token
-        full_context_gpu = max_num_seqs * max_model_len * kv_token_gpu
+        full_length = layout.sequences(pool, max_model_len)
+        sequence = layout.sequence_bytes(max_model_len)
+        full_context = max_num_seqs * whole.sequence_bytes(max_model_len)
+        full_context_gpu = max_num_seqs * sequence
         headroom = 1 - (weights + temporaries + full_context_gpu) / gpu_bytes
 
     budget = MemoryBudget(
         model=model, gpu=gpu, gpus_per_replica=gpus,
         gpu_memory_utilization=args.gpu_memory_utilization, max_model_len=max_model_len,
         max_num_seqs=max_num_seqs, weight_bytes_per_gpu=round(weights),
-        temporary_bytes_per_gpu=round(temporaries), kv_bytes_per_token=kv_token,
-        kv_bytes_per_token_per_gpu=kv_token_gpu, kv_pool_bytes_per_gpu=math.floor(pool),
+        temporary_bytes_per_gpu=round(temporaries), kv_bytes_per_token=whole.token_bytes,
+        kv_bytes_per_token_per_gpu=layout.token_bytes, kv_pool_bytes_per_gpu=math.floor(pool),
         pool_tokens=pool_tokens, full_length_sequences=full_length,
-        full_context_kv_bytes=full_context, full_context_kv_bytes_per_gpu=full_context_gpu,
-        headroom=headroom, findings=(),
+        sequence_kv_bytes_per_gpu=sequence, full_context_kv_bytes=full_context,
+        full_context_kv_bytes_per_gpu=full_context_gpu, headroom=headroom, findings=(),
+        kv=layout,
     )
-    return replace(budget, findings=(*_capacity_findings(budget, args), *findings))
+    capacity = _capacity_findings(budget, args, allow_long_max_model_len)
+    return replace(budget, findings=(*capacity, *findings))
 
 
-def _capacity_findings(b: MemoryBudget, args: VllmArgs) -> list[Finding]:
+def _draft_layers(draft: ModelArchitecture, model: ModelArchitecture, kv_element: float,
+                  draft_tp: int, tp: int, pp: int) -> int:
+    """The draft's KV per token as a count of the target's layers (vLLM needs one page size)."""
+    draft_bytes = kv_layout(draft, kv_element, tensor_parallel=draft_tp,
+                            pipeline_parallel=pp).token_bytes
+    target_layer = kv_layout(model, kv_element, tensor_parallel=tp).layer_token_bytes
+    return math.ceil(draft_bytes / target_layer)
+
+
+def _capacity_findings(b: MemoryBudget, args: VllmArgs,
+                       allow_long_max_model_len: bool) -> list[Finding]:
     usable_gib = gib(b.gpu_memory_bytes * b.gpu_memory_utilization)
     weights_gib, temps_gib = gib(b.weight_bytes_per_gpu), gib(b.temporary_bytes_per_gpu)
     pool_gib = gib(b.kv_pool_bytes_per_gpu)
@@ -249,24 +276,29 @@ def _capacity_findings(b: MemoryBudget, args: VllmArgs) -> list[Finding]:
             "temporaries), so vLLM refuses to start: raise --gpu-memory-utilization or "
             "--tensor-parallel-size, or quantize",
         )]
-    if b.pool_tokens < needed:
-        need_gib = gib(needed * b.kv_bytes_per_token_per_gpu)
+    sequence = b.sequence_kv_bytes_per_gpu or 0
+    if sequence > b.kv_pool_bytes_per_gpu:
+        longest = b.kv.longest_sequence(b.kv_pool_bytes_per_gpu, needed)
         return [Finding(
             "P2-KV-POOL", Severity.ERROR, arg_field("--max-model-len"),
             f"the KV pool holds {b.pool_tokens:,} tokens ({pool_gib:.1f} GiB per GPU) but one "
-            f"{needed:,}-token sequence needs {need_gib:.1f} GiB, so vLLM refuses to start: "
-            f"lower --max-model-len to at most {b.pool_tokens:,}, or make room with "
+            f"{needed:,}-token sequence needs {gib(sequence):.1f} GiB, so vLLM refuses to start: "
+            f"lower --max-model-len to at most {longest:,}, or make room with "
             "--kv-cache-dtype fp8, a higher --gpu-memory-utilization or --tensor-parallel-size",
         )]
     findings: list[Finding] = []
     model_context = b.model.max_context
     if args.max_model_len and model_context and args.max_model_len > model_context:
+        tolerated = allow_long_max_model_len or args.context_overridden
         findings.append(Finding(
-            "P2-CONTEXT-LIMIT", Severity.WARNING, arg_field("--max-model-len"),
+            "P2-CONTEXT-LIMIT", Severity.WARNING if tolerated else Severity.ERROR,
+            arg_field("--max-model-len"),
             f"--max-model-len {args.max_model_len:,} exceeds the model's context "
-            f"({model_context:,} max_position_embeddings): vLLM rejects it unless rope scaling "
-            "is configured (--hf-overrides) or VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 is set",
-        ))
+            f"({model_context:,} max_position_embeddings): " + (
+                "allowed here (VLLM_ALLOW_LONG_MAX_MODEL_LEN or a rope override), but quality "
+                "past the trained length is not guaranteed" if tolerated else
+                "vLLM refuses to start. Lower it, configure rope scaling (--hf-overrides), or "
+                "set VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 in the container's env")))
     if b.max_model_len is None:
         findings.append(Finding(
             "P2-NO-MAX-MODEL-LEN", Severity.INFO, arg_field("--max-model-len"),

@@ -135,7 +135,8 @@ def budget_json(budget: MemoryBudget | None) -> dict[str, Any]:
     model (and per GPU); nulls when no budget could be computed."""
     if budget is None:
         keys = ("weightsGiB", "temporariesGiB", "kvBytesPerToken", "kvBytesPerTokenPerGpu",
-                "kvPoolGiB", "poolTokens", "fullLengthSequences", "fullContextKvGiB",
+                "kvPoolGiB", "poolTokens", "fullLengthSequences", "sequenceKvGiB",
+                "fullContextKvGiB",
                 "fullContextKvGiBTotal", "headroom", "model", "gpuMemoryGiB", "gpusPerReplica",
                 "maxModelLen", "maxNumSeqs")
         return dict.fromkeys(keys)
@@ -152,6 +153,7 @@ def budget_json(budget: MemoryBudget | None) -> dict[str, Any]:
         "kvPoolGiB": _round_gib(budget.kv_pool_bytes_per_gpu),
         "poolTokens": budget.pool_tokens,
         "fullLengthSequences": budget.full_length_sequences,
+        "sequenceKvGiB": _round_gib(budget.sequence_kv_bytes_per_gpu),
         "fullContextKvGiB": _round_gib(budget.full_context_kv_bytes_per_gpu),
         "fullContextKvGiBTotal": _round_gib(budget.full_context_kv_bytes),
         "headroom": None if budget.headroom is None else round(budget.headroom, 4),
@@ -162,7 +164,7 @@ def _write_budget_table(budget: MemoryBudget, out: TextIO) -> None:
     model, gpu = budget.model, budget.gpu
     rows = [
         ("model", f"{model.name}: {model.parameters / 1e9:.2f}B parameters, {model.layers} "
-                  f"layers, {model.kv_heads} KV heads × {model.head_dim}"),
+                  f"layers, " + _attention(budget)),
         ("GPU", f"{gpu.product or 'GPU'}: {gpu.memory_gib:g} GiB × {budget.gpus_per_replica} "
                 f"per replica, vLLM takes {budget.gpu_memory_utilization:.0%}"),
         ("weights", f"{gib(budget.weight_bytes_per_gpu):.2f} GiB per GPU"),
@@ -175,7 +177,8 @@ def _write_budget_table(budget: MemoryBudget, out: TextIO) -> None:
     if budget.max_model_len and budget.full_context_kv_bytes_per_gpu is not None:
         rows += [
             ("full-length seqs", f"{budget.full_length_sequences} of {budget.max_model_len:,} "
-                                 f"tokens (--max-num-seqs {budget.max_num_seqs})"),
+                                 f"tokens (--max-num-seqs {budget.max_num_seqs}), "
+                                 f"{gib(budget.sequence_kv_bytes_per_gpu or 0):.2f} GiB each"),
             ("full-context KV", f"{budget.full_context_kv_bytes_per_gpu / GIB:.2f} GiB per GPU "
                                 f"({budget.max_num_seqs} × {budget.max_model_len:,} tokens)"),
         ]
@@ -183,6 +186,20 @@ def _write_budget_table(budget: MemoryBudget, out: TextIO) -> None:
         rows.append(("headroom", f"{budget.headroom:.1%} (want ≥ 20%)"))
     for label, value in rows:
         out.write(f"  {label:<18}{value}\n")
+
+
+def _attention(budget: MemoryBudget) -> str:
+    """How the model's layers attend and cache, for the table's model row."""
+    model = budget.model
+    text = (f"MLA latent {model.kv_lora_rank} + {model.qk_rope_head_dim}" if model.uses_mla
+            else f"{model.kv_heads} KV heads × {model.head_dim}")
+    if budget.kv.local_layers:
+        window = "sliding window" if budget.kv.local_kind == "slidingWindow" else "chunks"
+        text += (f"; {budget.kv.local_layers} of {budget.kv.layers} layers per GPU attend to "
+                 f"{budget.kv.local_window:,}-token {window}")
+    if model.experts:
+        text += f"; {model.experts} experts ({model.active_experts or '?'} per token)"
+    return text
 
 
 def _is_budget_finding(finding: Finding) -> bool:

@@ -1,0 +1,58 @@
+"""The lints gate a release end to end: a template with a lint error gets ``Valid=False`` naming
+the finding, is never given traffic nor a canary, and the release goes on once it is fixed.
+
+Written for issue 14 (item 3); the unit tiers test the lints and the decision core, this is the
+operator's whole path (reconcile → lint_manifest → Valid condition → route) on a real API server.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from typing import Any
+
+import pytest
+
+from irsandbox.harness import Cluster, OperatorProcess
+
+from .scenario import Release, rollout, with_template
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
+
+
+def condition(status: dict[str, Any], kind: str) -> dict[str, Any]:
+    return next((c for c in status.get("conditions") or [] if c.get("type") == kind), {})
+
+
+def test_a_release_with_a_lint_error_gets_valid_false_and_no_traffic(
+        cluster: Cluster, operator_process: OperatorProcess, namespace: str) -> None:
+    # Given a rollout Healthy on v1
+    good = rollout("lint", prometheus=cluster.env["PROMETHEUS_URL"])
+    rel = Release(cluster, operator_process, namespace, good)
+    rel.apply()
+    v1 = rel.wait_healthy()["stableRevision"]
+
+    # When v2's vLLM command line has an error vLLM would refuse (fp16 is not a KV-cache dtype)
+    bad = with_template(rel.manifest, version="v2")
+    bad["spec"]["template"]["spec"]["containers"][0]["args"] += ["--kv-cache-dtype", "fp16"]
+    rel.apply(bad)
+
+    # Then Valid is False, naming the finding and the flag
+    st = rel.wait(lambda s: condition(s, "Valid").get("status") == "False", 60, "Valid=False")
+    valid = condition(st, "Valid")
+    assert valid["reason"] == "InvalidSpec", valid
+    assert "ARGS-INVALID" in valid["message"] and "--kv-cache-dtype" in valid["message"], valid
+    # and for 15 s no canary is started and only v1 has traffic
+    until = time.monotonic() + 15
+    while time.monotonic() < until:
+        st = rel.status()
+        assert not st.get("canaryRevision") and st.get("stableRevision") == v1, st
+        assert {rev: w for rev, w in rel.route().items() if w} == {v1: 100}, rel.route()
+        time.sleep(1)
+
+    # When the error is fixed, the release starts: Valid again, a canary revision
+    fixed = with_template(copy.deepcopy(good), version="v3")
+    rel.apply(fixed)
+    st = rel.wait(lambda s: condition(s, "Valid").get("status") == "True"
+                  and bool(s.get("canaryRevision")), 60, "Valid=True and a canary")
+    assert st["stableRevision"] == v1
