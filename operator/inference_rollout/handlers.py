@@ -180,6 +180,7 @@ async def _reconcile_once(deps: Deps, namespace: str, name: str, due: float) -> 
     try:
         if Runtime.slots is None:
             Runtime.slots = asyncio.Semaphore(MAX_CONCURRENT_RECONCILES)
+            deps.slots = Runtime.slots  # given back during Prometheus and evaluation I/O
         async with Runtime.slots:  # the read too: a body read while queued would be stale
             # Measured once a slot is ours: the wait for one is the lag a busy operator adds.
             opmetrics.REGISTRY.observe("inference_rollout_reconcile_lag_seconds",

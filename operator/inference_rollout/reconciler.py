@@ -13,9 +13,11 @@ actions left it, and repeats only idempotent writes.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -75,6 +77,8 @@ class Deps:
     post_event: EventSink
     now: Callable[[], datetime] = lambda: datetime.now(UTC)
     service_proxy: str | None = None  # the evaluation reaches revision Services through it
+    #: The reconcile slots the handlers hold a reconcile in (None: no limit, e.g. in tests).
+    slots: asyncio.Semaphore | None = None
     sources: dict[tuple[str, float, str | None], MetricSource] = field(default_factory=dict)
     lint_cache: dict[tuple[str, int, tuple[str, ...] | None], list[str]] = field(
         default_factory=dict)
@@ -131,11 +135,13 @@ async def reconcile(deps: Deps, body: dict[str, Any]) -> float:
     route = await _route(router, deleting)
     measurements = None
     if analysis_due(spec, status, now) and not deleting:
-        measurements = await _measure(deps, spec, status, ns, name)
+        async with outside_slot(deps):
+            measurements = await _measure(deps, spec, status, ns, name)
         now = deps.now()
     evaluation = None
     if not deleting and evaluation_due(spec, status, now, world_revisions):
-        evaluation = await _evaluate(deps, spec, status, ns, name, world_revisions)
+        async with outside_slot(deps):
+            evaluation = await _evaluate(deps, spec, status, ns, name, world_revisions)
         now = deps.now()
     world = Observation(
         generation=generation,
@@ -164,6 +170,22 @@ async def reconcile(deps: Deps, body: dict[str, Any]) -> float:
     _export(ns, name, decision, measurements, evaluation is not None)
     # 0 is a real answer ("look again now": e.g. measure right after a weight change).
     return IDLE_SECONDS if decision.requeue_after is None else decision.requeue_after
+
+
+@asynccontextmanager
+async def outside_slot(deps: Deps) -> AsyncIterator[None]:
+    """Give the reconcile slot back while waiting on a tenant's Prometheus or model servers:
+    their answers can take up to the tenant's timeout, and a slot held meanwhile would delay
+    other namespaces' reconciles (a rollback among them).  The slot is taken again before the
+    API server is written to."""
+    if deps.slots is None:
+        yield
+        return
+    deps.slots.release()
+    try:
+        yield
+    finally:
+        await deps.slots.acquire()
 
 
 def _router(deps: Deps, body: dict[str, Any], traffic: TrafficSpec, port: int,

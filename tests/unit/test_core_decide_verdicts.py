@@ -84,10 +84,10 @@ def test_an_undecided_step_pauses_at_its_limit_with_what_a_verdict_needs() -> No
     sim = releasing(rate=0.05, inconclusiveLimit="5m")
     sim.run_until(lambda s: s.status.paused_reason is not None, limit=900)
     st = sim.status
-    assert st.paused_reason == r.INCONCLUSIVE_PAUSE and st.phase == "Paused"
+    assert st.paused_reason == r.INCONCLUSIVE_LIMIT and st.phase == "Paused"
     started_at = from_iso(st.step_started_at)
     assert started_at is not None and (sim.now - started_at).total_seconds() >= 300
-    (event,) = events(sim, r.INCONCLUSIVE_PAUSE)
+    (event,) = events(sim, r.INCONCLUSIVE_LIMIT)
     assert event.type == "Warning"
     assert re.search(r"errors needs ≥ \d+ more canary requests \(about \d+m\d*s? at 0\.0\d+/s\)",
                      event.message), event.message
@@ -96,13 +96,13 @@ def test_an_undecided_step_pauses_at_its_limit_with_what_a_verdict_needs() -> No
     sim.rate = 20.0
     sim.run_until(lambda s: s.status.current_step == 1, limit=600)
     assert len(events(sim, r.INCONCLUSIVE_RESOLVED)) == 1
-    assert len(events(sim, r.INCONCLUSIVE_PAUSE)) == 1
+    assert len(events(sim, r.INCONCLUSIVE_LIMIT)) == 1
 
 
 def test_an_undecided_step_rolls_back_at_its_limit_when_asked_to() -> None:
     sim = releasing(rate=0.05, inconclusiveLimit="5m", onInconclusive="Rollback")
     sim.run_until(lambda s: s.status.aborted, limit=900)
-    assert sim.status.abort_reason == r.INCONCLUSIVE_ROLLBACK
+    assert sim.status.abort_reason == r.INCONCLUSIVE_LIMIT
     assert sim.status.canary_weight == 0
     assert sim.status.message.startswith("rolled back: the analysis was still undecided 5m")
 
@@ -142,7 +142,7 @@ def test_steps_end_only_on_a_pass_and_the_limit_acts_only_after_it(
         if r.STEP_COMPLETE in reasons:  # on the verdict recorded in this very call
             res = d.status.analysis.get("errors")
             assert res is not None and res.verdict == "Pass", (reasons, res)
-        if r.INCONCLUSIVE_PAUSE in reasons:  # the pause's and the rollback's reason
+        if r.INCONCLUSIVE_LIMIT in reasons:  # the pause's and the rollback's reason
             held = seconds_since(before.step_started_at, sim.now)
             assert limit is not None and held is not None and held >= parse_duration(limit)
         if bad_share == 1.0:

@@ -131,3 +131,25 @@ def test_a_rollback_decision_says_so_for_the_write_order() -> None:
     d = sim.run_until(lambda s: s.status.aborted, limit=120)
     assert d.rolled_back == r.ANALYSIS_FAILED
     assert sim.reconcile().rolled_back is None  # staying rolled back is not a new rollback
+
+
+def test_series_that_vanish_while_ready_pods_carry_traffic_count_as_failing() -> None:
+    sim, old, _new = in_release(strategy=steps((20, "1h"), 100))
+    sim.run_until(at_step(0, 20))
+    sim.advance(10)
+    sim.reconcile()  # a passing measurement with a value, in this step
+    sim.verdicts = "nodata"
+    sim.advance(10)
+    d = sim.run_until(lambda s: s.status.aborted, limit=30)
+    assert d.rolled_back == r.ANALYSIS_FAILED
+    assert "vanished" in (sim.status.analysis["errors"].test or "")
+    assert sim.world.route is not None and sim.world.route[old] == 100
+
+
+def test_no_data_before_any_value_is_an_error_not_a_failure() -> None:
+    sim, _old, _new = in_release(strategy=steps((20, "1h"), 100))
+    sim.verdicts = "nodata"
+    sim.run_until(at_step(0, 20))
+    sim.advance(10)
+    d = sim.reconcile()
+    assert not d.status.aborted and d.status.analysis["errors"].verdict == "Error"

@@ -66,7 +66,8 @@ EVALUATION_ERROR_LIMIT = "EvaluationErrorLimit"
 EVALUATION_ERROR_LIMIT_ABORT_MSG = (
     "rolled back: the business evaluation failed to run {count} times in a row: {detail}"
 )
-INCONCLUSIVE_ROLLBACK = "InconclusiveLimit"
+# One reason for the limit; the policy (pause or roll back) picks the message.
+INCONCLUSIVE_LIMIT = "InconclusiveLimit"
 INCONCLUSIVE_ROLLBACK_MSG = (
     "rolled back: the analysis was still undecided {limit} after the step's weight was "
     "reached: {details}"
@@ -83,7 +84,6 @@ EVALUATION_ERROR_LIMIT_PAUSE_MSG = (
     "paused: the business evaluation failed to run {count} times in a row: {detail}; "
     "resume to retry"
 )
-INCONCLUSIVE_PAUSE = "InconclusiveLimit"
 INCONCLUSIVE_PAUSE_MSG = (
     "paused: the analysis is still undecided {limit} after the step's weight was reached: "
     "{details}; it continues by itself once every metric passes (or promote to skip)"

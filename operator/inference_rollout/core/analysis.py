@@ -41,6 +41,9 @@ def describe_threshold(metric: MetricSpec) -> str:
     return ", ".join(parts)
 
 
+VANISHED = "the canary's series vanished while it carried traffic"
+
+
 @dataclass(frozen=True)
 class Judgement:
     verdict: Verdict
@@ -150,10 +153,12 @@ def _test_text(o: sq.Outcome, what: str) -> str:
 
 def record(
     metric: MetricSpec, previous: MetricResult | None, m: Measurement, now: datetime,
-    rates: sq.ErrorRates | None = None,
+    rates: sq.ErrorRates | None = None, *, vanished: bool = False,
 ) -> MetricResult:
-    """The metric's new status entry: the latest values and verdict, and updated counters."""
-    j = judge(metric, m, rates)
+    """The metric's new status entry: the latest values and verdict, and updated counters.
+    ``vanished``: the canary's series were measured in this step and are gone although its
+    Ready pods still carry traffic, which counts as failing (DESIGN §4), not as an error."""
+    j = Judgement("Fail", VANISHED, None, VANISHED) if vanished else judge(metric, m, rates)
     prev = previous or MetricResult()
     ev = m.evidence
     counted = None if ev is None else ev.buckets[-1][1] if ev.buckets else ev.requests

@@ -27,7 +27,7 @@ from datetime import datetime, timedelta
 from ..api import reasons as r
 from ..api.duration import format_duration, parse_duration
 from ..api.spec import InferenceRolloutSpec, Step
-from ..api.status import InferenceRolloutStatus, Requests
+from ..api.status import InferenceRolloutStatus, MetricResult, Requests
 from . import analysis as an
 from . import gate
 from .capacity import (
@@ -45,6 +45,8 @@ from .types import (
     Decision,
     DeleteRevision,
     EnsureRevision,
+    Measurement,
+    MeasurementError,
     Observation,
     OrphanRevision,
     RecordEvent,
@@ -344,7 +346,8 @@ def _analyse(run: _Run) -> bool:
         if m is None:
             continue
         before = st.analysis.get(metric.name)
-        after = an.record(metric, before, m, run.now, rates)
+        after = an.record(metric, before, m, run.now, rates,
+                          vanished=_series_vanished(run, before, m))
         st.analysis[metric.name] = after
         if before is None or before.verdict != after.verdict:
             shown = "n/a" if after.value is None else f"{after.value:.4g}"
@@ -373,6 +376,21 @@ def _analyse(run: _Run) -> bool:
     return _bound_inconclusive(run)
 
 
+def _series_vanished(run: _Run, before: MetricResult | None, m: Measurement) -> bool:
+    """No data now, a value earlier in this step, and Ready canary pods enough for its weight
+    (a canary that lost its pods is the capacity guard's, not a failed verdict)."""
+    st = run.status
+    if m.error is not MeasurementError.NO_DATA or before is None or before.value is None:
+        return False
+    measured, started = from_iso(before.measured_at), from_iso(st.step_started_at)
+    step = current_step(run.spec, st)
+    if measured is None or started is None or measured <= started or step is None:
+        return False
+    canary = run.world.revisions.get(st.canary_revision or "")
+    ready = canary.ready if canary else 0
+    return carried_weight(run.spec, step, ready, st.canary_weight) >= st.canary_weight > 0
+
+
 def _bound_inconclusive(run: _Run) -> bool:
     """``inconclusiveLimit``: a step whose metrics are still undecided that long after its
     weight was reached pauses (lifted by itself once every metric passes) or rolls back.  True
@@ -381,7 +399,7 @@ def _bound_inconclusive(run: _Run) -> bool:
     names = [m.name for m in an.effective_metrics(analysis)]
     undecided = [n for n in names if (res := st.analysis.get(n)) is None
                  or res.verdict == "Inconclusive"]
-    if st.paused_reason == r.INCONCLUSIVE_PAUSE and not undecided:
+    if st.paused_reason == r.INCONCLUSIVE_LIMIT and not undecided:
         st.paused_reason = None
         run.event("Normal", r.INCONCLUSIVE_RESOLVED, r.INCONCLUSIVE_RESOLVED_MSG)
         return False
@@ -393,12 +411,12 @@ def _bound_inconclusive(run: _Run) -> bool:
         return False
     details = an.still_needed(st.analysis, undecided)
     if analysis.on_inconclusive == "Rollback":
-        _abort(run, r.INCONCLUSIVE_ROLLBACK, r.INCONCLUSIVE_ROLLBACK_MSG.format(
+        _abort(run, r.INCONCLUSIVE_LIMIT, r.INCONCLUSIVE_ROLLBACK_MSG.format(
             limit=format_duration(limit), details=details))
         return True
     if st.paused_reason is None:
-        st.paused_reason = r.INCONCLUSIVE_PAUSE
-        run.event("Warning", r.INCONCLUSIVE_PAUSE, r.INCONCLUSIVE_PAUSE_MSG.format(
+        st.paused_reason = r.INCONCLUSIVE_LIMIT
+        run.event("Warning", r.INCONCLUSIVE_LIMIT, r.INCONCLUSIVE_PAUSE_MSG.format(
             limit=format_duration(limit), details=details))
     return False
 
