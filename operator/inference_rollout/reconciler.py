@@ -130,8 +130,9 @@ async def reconcile(deps: Deps, body: dict[str, Any]) -> float:
     now = deps.now()
     world_revisions = await revisions.observe()
     router = _router(deps, body, spec.traffic, spec.template.serving_port(), world_revisions)
+    stable_seen = world_revisions.get(status.stable_revision or "")
     invalid = validation.problems(spec, name) + deps.lint_errors(
-        body, revisions.serving_args(status.stable_revision))
+        body, stable_seen.args if stable_seen else None)
     route = await _route(router, deleting)
     measurements = None
     if analysis_due(spec, status, now) and not deleting:

@@ -153,3 +153,16 @@ def test_no_data_before_any_value_is_an_error_not_a_failure() -> None:
     sim.advance(10)
     d = sim.reconcile()
     assert not d.status.aborted and d.status.analysis["errors"].verdict == "Error"
+
+
+def test_a_manual_step_that_loses_its_pods_waits_for_them_then_for_promote_again() -> None:
+    """Found by the property test: the guard lowered the weight of a step held for `promote`,
+    and the held step then never raised it again (a deadlock)."""
+    sim, _old, new = in_release(strategy=steps({"weight": 20, "manual": True}, 100))
+    sim.run_until(lambda s: s.status.paused_reason == r.MANUAL_STEP)
+    sim.world.set_ready(new, 0)
+    sim.advance(5)
+    d = sim.reconcile(settle=False)
+    assert d.status.canary_weight == 0 and d.status.paused_reason is None
+    sim.run_until(lambda s: s.status.paused_reason == r.MANUAL_STEP, limit=120)
+    assert sim.status.canary_weight == 20

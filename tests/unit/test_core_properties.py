@@ -255,6 +255,9 @@ class Run:
         """Remember the canary weights written; (g) a rollback that reached the route is never
         undone within its release (issue 9: a lost status write used to let the next decision,
         with a new Prometheus answer, send traffic back to the canary)."""
+        if before.canary_revision != after.canary_revision or (before.aborted
+                                                               and not after.aborted):
+            self.rolled_back = None  # a new release (or a retry) may raise the weight again
         for a in actions:
             if not isinstance(a, SetWeights) or a.canary_revision is None:
                 continue

@@ -543,6 +543,9 @@ def _guard_capacity(run: _Run, step: Step, ready: int) -> None:
     st.canary_weight = carried
     st.step_entered_at = to_iso(run.now)
     st.step_started_at = None
+    if st.paused_reason in (r.MANUAL_STEP, r.INCONCLUSIVE_LIMIT):
+        # Those waits were about the step at its full weight; the step starts again.
+        st.paused_reason = None
 
 
 def _latest_failed(run: _Run) -> bool:

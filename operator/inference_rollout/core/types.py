@@ -25,6 +25,7 @@ class RevisionState:
     available: int
     unschedulable: int = 0  # pods Pending with reason Unschedulable (e.g. no free GPU)
     port: int | None = None  # the serving port of its pod template (its Service's port)
+    args: tuple[str, ...] | None = None  # its serving container's vLLM argv (the lints read it)
 
 
 class MeasurementError(StrEnum):

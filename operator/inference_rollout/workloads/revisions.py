@@ -109,6 +109,24 @@ NO_POOL_CRD = (f"the InferencePool CRD ({POOL_GROUP}/{POOL_VERSION}) is not inst
                "spec.traffic.gatewayAPI.backendKind: Service")
 
 
+def _serving(template: dict[str, Any]) -> tuple[int | None, tuple[str, ...] | None]:
+    """The serving port and vLLM argv of a revision's pod template, as its Deployment holds it
+    (None for what cannot be read: such a revision is never the spec's own)."""
+    try:
+        parsed = PodTemplate.model_validate(template)
+    except ValueError:
+        return None, None
+    try:
+        port: int | None = parsed.serving_port()
+    except ValueError:
+        port = None
+    try:
+        args: tuple[str, ...] | None = tuple(parsed.serving_args())
+    except ValueError:
+        args = None
+    return port, args
+
+
 class Revisions:
     """The revisions of one rollout."""
 
@@ -118,8 +136,6 @@ class Revisions:
         #: Set when each revision is also an InferencePool (``backendKind: InferencePool``).
         self.pools = traffic if traffic is not None and traffic.backend_kind == "InferencePool" \
             else None
-        #: Pod templates of the revisions seen by :meth:`observe` (the stable's args feed lints).
-        self.templates: dict[str, dict[str, Any]] = {}
 
     def _path(self, kind: str, revision: str = "") -> str:
         """The collection of ``kind`` in the namespace, or the revision's object in it."""
@@ -146,21 +162,16 @@ class Revisions:
             if not rev or d["metadata"].get("deletionTimestamp"):
                 continue
             st = d.get("status", {})
-            self.templates[rev] = d["spec"].get("template", {})
+            port, args = _serving(d["spec"].get("template", {}))
             out[rev] = RevisionState(
                 desired=int(d["spec"].get("replicas", 1)),
                 ready=int(st.get("readyReplicas", 0)),
                 available=int(st.get("availableReplicas", 0)),
                 unschedulable=stuck.get(rev, 0),
-                port=self._serving_port(rev),
+                port=port,
+                args=args,
             )
         return out
-
-    def _serving_port(self, revision: str) -> int | None:
-        try:
-            return PodTemplate.model_validate(self.templates[revision]).serving_port()
-        except ValueError:
-            return None
 
     async def orphan(self, revision: str) -> None:
         """Drop the owner reference of the revision's Deployment and Service (and pool), so
@@ -216,16 +227,6 @@ class Revisions:
                 return
             why = if_no_api if e.status == 404 and if_no_api else str(e)
             raise RevisionError(f"creating {kind} {self._name(revision)}: {why}") from e
-
-    def serving_args(self, revision: str | None) -> tuple[str, ...] | None:
-        """The vLLM args of an observed revision (None if it was not seen)."""
-        template = self.templates.get(revision or "")
-        if not template:
-            return None
-        try:
-            return tuple(PodTemplate.model_validate(template).serving_args())
-        except ValueError:
-            return None
 
     async def delete(self, revision: str) -> None:
         kinds = ["Deployment", "Service"] + (["InferencePool"] if self.pools is not None else [])
