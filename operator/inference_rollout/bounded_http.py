@@ -55,15 +55,34 @@ async def read_capped(resp: httpx.Response, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-def loads(data: bytes) -> Any:
-    """``json.loads`` whose every failure is :class:`MalformedJSON` (also RecursionError from a
-    deeply nested document, and bytes that are not UTF-8)."""
+def loads(data: bytes, max_depth: int | None = None) -> Any:
+    """``json.loads`` whose every failure is :class:`MalformedJSON`: also the RecursionError of a
+    deeply nested document, bytes that are not UTF-8, and (with ``max_depth``) a document nested
+    deeper than the recursive code that reads it afterwards can follow."""
     try:
-        return json.loads(data)
+        doc = json.loads(data)
     except RecursionError:
-        raise MalformedJSON("JSON nested too deep") from None
+        raise MalformedJSON("not valid JSON (nested too deep)") from None
     except ValueError as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
-        raise MalformedJSON(f"not JSON ({type(e).__name__})") from None
+        raise MalformedJSON(f"not valid JSON ({sanitize(e, 120)})") from None
+    if max_depth is not None and _depth_exceeds(doc, max_depth):
+        raise MalformedJSON(f"JSON nested deeper than {max_depth} levels")
+    return doc
+
+
+def _depth_exceeds(doc: Any, max_depth: int) -> bool:
+    """Whether arrays/objects nest deeper than ``max_depth`` (iterative: no recursion to blow)."""
+    stack = [(doc, 1)]
+    while stack:
+        node, depth = stack.pop()
+        children = node.values() if isinstance(node, dict) else node if isinstance(node, list) \
+            else None
+        if children is None:
+            continue
+        if depth > max_depth:
+            return True
+        stack.extend((c, depth + 1) for c in children)
+    return False
 
 
 def sanitize(text: object, limit: int = QUOTE_LIMIT) -> str:
