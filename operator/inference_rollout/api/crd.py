@@ -83,20 +83,18 @@ def _at_most(field: str, maximum: str) -> list[Rule]:
 
 # metadata.name becomes the prefix of Deployment and Service names (<name>-<hash>), which must be
 # DNS-1035 labels; the API server only checks that a custom resource's name is a DNS subdomain.
-_NAME_IS_A_LABEL = (
-    f"size(self.metadata.name) <= {MAX_ROLLOUT_NAME} "
-    f"&& self.metadata.name.matches('{DNS_1035_LABEL}')"
-)
+# A schema on metadata may restrict only name and generateName: a pattern and a length, which the
+# API server ratchets (an object stored before keeps its name and gets Valid=False), where a CEL
+# rule at the root would fail every later status write of such an object.
+METADATA_SCHEMA: Final[JSON] = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "maxLength": MAX_ROLLOUT_NAME, "pattern": DNS_1035_LABEL},
+    },
+}
+
 
 VALIDATIONS: Final[dict[RulePath, list[Rule]]] = {
-    (): [
-        {
-            "rule": _NAME_IS_A_LABEL,
-            "message": f"metadata.name: must be a DNS-1035 label of at most {MAX_ROLLOUT_NAME} "
-            "characters (lower-case letters, digits and '-', starting with a letter): the "
-            "revisions' Deployments and Services are named <name>-<hash>",
-        },
-    ],
     ("spec",): [
         {
             "rule": "!has(self.replicas) || !has(self.capacity) || !has(self.capacity.maxSurge) "
@@ -382,7 +380,7 @@ def open_api_schema() -> JSON:
         "properties": {
             "apiVersion": {"type": "string"},
             "kind": {"type": "string"},
-            "metadata": {"type": "object"},
+            "metadata": copy.deepcopy(METADATA_SCHEMA),
             "spec": spec,
             "status": status,
         },
@@ -394,15 +392,13 @@ def open_api_schema() -> JSON:
         node["x-kubernetes-validations"] = [*node.get("x-kubernetes-validations", []),
                                             *copy.deepcopy(rules)]
     for path in [*EXTENSIONS, *VALIDATIONS]:
-        if not path:
-            continue
         parent = _node_at(root, path[:-1])
         key = "items" if path[-1] == "[]" else None
         if key:
             parent["items"] = _ordered(parent["items"])
         else:
             parent["properties"][path[-1]] = _ordered(parent["properties"][path[-1]])
-    return _ordered(root)
+    return root
 
 
 def build_crd() -> JSON:
