@@ -1,4 +1,5 @@
-"""A loopback HTTP server that answers badly on purpose: one byte at a time, or hundreds of MiB.
+"""A loopback HTTP server that answers badly on purpose (one byte at a time, or hundreds of MiB),
+or plainly while recording what reached it.
 
 Real sockets, because the point is what the client does with a real TCP stream (httpx's
 MockTransport hands over a body already in memory).  ``http.server`` would buffer and frame the
@@ -17,12 +18,12 @@ from contextlib import contextmanager
 Answer = Callable[[socket.socket], None]
 
 
-def _read_request(conn: socket.socket) -> None:
+def _read_request(conn: socket.socket) -> bytes:
     data = b""
     while b"\r\n\r\n" not in data:
         chunk = conn.recv(65536)
         if not chunk:
-            return
+            return data
         data += chunk
     head, _, body = data.partition(b"\r\n\r\n")
     length = 0
@@ -32,13 +33,15 @@ def _read_request(conn: socket.socket) -> None:
     while len(body) < length:
         chunk = conn.recv(65536)
         if not chunk:
-            return
+            break
         body += chunk
+    return head + b"\r\n\r\n" + body
 
 
 @contextmanager
-def serve(answer: Answer) -> Iterator[str]:
-    """Run ``answer(conn)`` for every connection; yields the base URL."""
+def serve(answer: Answer, requests: list[bytes] | None = None) -> Iterator[str]:
+    """Run ``answer(conn)`` for every connection (after reading the request, appended to
+    ``requests`` when given); yields the base URL."""
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     listener.bind(("127.0.0.1", 0))
     listener.listen(16)
@@ -48,7 +51,9 @@ def serve(answer: Answer) -> Iterator[str]:
     def handle(conn: socket.socket) -> None:
         with conn:
             try:
-                _read_request(conn)
+                request = _read_request(conn)
+                if requests is not None:
+                    requests.append(request)
                 answer(conn)
             except OSError:
                 pass  # the client hung up: what a bounded client does
@@ -71,6 +76,15 @@ def serve(answer: Answer) -> Iterator[str]:
         stop.set()
         thread.join(2)
         listener.close()
+
+
+def respond(body: bytes) -> Answer:
+    """A plain 200 with ``body`` as JSON, all at once."""
+
+    def answer(conn: socket.socket) -> None:
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: %d\r\n\r\n" % len(body) + body)
+    return answer
 
 
 def trickle(body: bytes, every_s: float) -> Answer:

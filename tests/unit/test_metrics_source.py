@@ -18,7 +18,7 @@ from typing import Any
 from urllib.parse import parse_qs
 
 import pytest
-from tests.unit.hostile_server import flood, peak_rss_growth, serve, trickle
+from tests.unit.hostile_server import flood, peak_rss_growth, respond, serve, trickle
 
 from inference_rollout.bounded_http import MiB
 from inference_rollout.core.types import MeasurementError
@@ -196,13 +196,7 @@ NESTED = b'{"status":"success","data":' + b"[" * 100_000 + b"]" * 100_000 + b"}"
 )
 def test_malformed_answers_are_typed_errors(body: Any, error: type[MetricQueryError],
                                             message: str) -> None:
-    data = _answer(body)
-
-    def answer(conn: Any) -> None:
-        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
-                     b"Content-Length: %d\r\n\r\n" % len(data) + data)
-
-    with serve(answer) as base, pytest.raises(error, match=message) as caught:
+    with serve(respond(_answer(body))) as base, pytest.raises(error, match=message) as caught:
         query_at(base, timeout_s=4.0)
     assert "\n" not in caught.value.message and "\x1b" not in caught.value.message
     assert len(caught.value.message) < 700

@@ -10,14 +10,13 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs
 
 import pytest
 from tests.unit.coresim import manifest_spec
+from tests.unit.hostile_server import respond, serve
 
 from inference_rollout.api.spec import InferenceRolloutSpec
 from inference_rollout.core.types import MeasurementError
@@ -30,30 +29,22 @@ VECTOR = {"status": "success",
 
 
 @pytest.fixture
-def prometheus() -> Iterator[tuple[str, list[dict[str, Any]]]]:
-    """A Prometheus stand-in on loopback that records every request's query and token."""
-    seen: list[dict[str, Any]] = []
+def prometheus() -> Iterator[tuple[str, list[bytes]]]:
+    """A Prometheus stand-in on loopback; the list holds every request that reached it."""
+    seen: list[bytes] = []
+    with serve(respond(json.dumps(VECTOR).encode()), seen) as base:
+        yield base, seen
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            form = parse_qs(self.rfile.read(int(self.headers["Content-Length"])).decode())
-            seen.append({"query": form["query"][0], "auth": self.headers.get("Authorization")})
-            data = json.dumps(VECTOR).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
 
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}", seen
-    server.shutdown()
-    server.server_close()
+def sent(raw: list[bytes]) -> list[dict[str, Any]]:
+    """Each recorded request's query and Authorization header."""
+    out = []
+    for request in raw:
+        head, _, body = request.partition(b"\r\n\r\n")
+        headers = dict(line.split(": ", 1) for line in head.decode().split("\r\n")[1:])
+        auth = next((v for k, v in headers.items() if k.lower() == "authorization"), None)
+        out.append({"query": parse_qs(body.decode())["query"][0], "auth": auth})
+    return out
 
 
 class SecretStore:
@@ -87,16 +78,16 @@ def run_measure(deps: Deps, spec: InferenceRolloutSpec, namespace: str = "team-a
 
 
 def test_without_an_allow_list_the_token_goes_where_the_rollout_says(
-        prometheus: tuple[str, list[dict[str, Any]]]) -> None:
+        prometheus: tuple[str, list[bytes]]) -> None:
     # What the allow-list exists for: any tenant can point the operator, with its token, anywhere.
     address, seen = prometheus
     deps = Deps(kube=SecretStore(), post_event=None)  # type: ignore[arg-type]
     run_measure(deps, spec_for(address))
-    assert seen and seen[0]["auth"] == "Bearer tenant-secret-token"
+    assert seen and sent(seen)[0]["auth"] == "Bearer tenant-secret-token"
 
 
 def test_a_token_is_never_sent_to_an_address_outside_the_allow_list(
-        prometheus: tuple[str, list[dict[str, Any]]]) -> None:
+        prometheus: tuple[str, list[bytes]]) -> None:
     foreign, seen = prometheus
     kube = SecretStore()
     deps = Deps(kube=kube, post_event=None,  # type: ignore[arg-type]
@@ -110,34 +101,35 @@ def test_a_token_is_never_sent_to_an_address_outside_the_allow_list(
 
 
 def test_an_allowed_address_is_queried_with_its_token(
-        prometheus: tuple[str, list[dict[str, Any]]]) -> None:
+        prometheus: tuple[str, list[bytes]]) -> None:
     address, seen = prometheus
     deps = Deps(kube=SecretStore(), post_event=None,  # type: ignore[arg-type]
                 prometheus_allow=(address + "/",))
     result = run_measure(deps, spec_for(address))
-    assert result["errors"].error is None and seen[0]["auth"] == "Bearer tenant-secret-token"
+    assert result["errors"].error is None
+    assert sent(seen)[0]["auth"] == "Bearer tenant-secret-token"
+
+
+def confined_measure(address: str, query: str) -> Any:
+    deps = Deps(kube=SecretStore(), post_event=None,  # type: ignore[arg-type]
+                confine_queries=True)
+    return run_measure(deps, spec_for(address, query))["custom"]
 
 
 def test_confined_queries_reach_prometheus_with_the_rollouts_namespace(
-        prometheus: tuple[str, list[dict[str, Any]]]) -> None:
+        prometheus: tuple[str, list[bytes]]) -> None:
     address, seen = prometheus
-    deps = Deps(kube=SecretStore(), post_event=None,  # type: ignore[arg-type]
-                confine_queries=True)
-    result = run_measure(deps, spec_for(address, 'sum(rate(requests_total{code="500"}[1m]))'))
-    assert result["custom"].error is None
-    assert seen[-1]["query"] == \
+    assert confined_measure(address, 'sum(rate(requests_total{code="500"}[1m]))').error is None
+    assert sent(seen)[-1]["query"] == \
         'sum(rate(requests_total{code="500",namespace="team-a"}[1m]))'
 
 
 def test_a_query_for_another_namespace_is_an_error_and_not_sent(
-        prometheus: tuple[str, list[dict[str, Any]]]) -> None:
+        prometheus: tuple[str, list[bytes]]) -> None:
     address, seen = prometheus
-    deps = Deps(kube=SecretStore(), post_event=None,  # type: ignore[arg-type]
-                confine_queries=True)
-    result = run_measure(deps, spec_for(address, 'sum(up{namespace="kube-system"})'))
+    m = confined_measure(address, 'sum(up{namespace="kube-system"})')
     assert seen == []
-    assert result["custom"].error is MeasurementError.BAD_QUERY
-    assert 'namespace="kube-system"' in result["custom"].detail
+    assert m.error is MeasurementError.BAD_QUERY and 'namespace="kube-system"' in m.detail
 
 
 @pytest.mark.parametrize(("address", "allowed"), [
