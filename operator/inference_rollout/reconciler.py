@@ -51,8 +51,8 @@ from .evaluation.cases import CasesError, parse_cases
 from .evaluation.runner import run_evaluation, served_model, service_url
 from .kube import Kube, KubeError, ns_path
 from .metrics.analysis import measure
-from .metrics.source import MetricSource, PrometheusSource
-from .metrics.tenancy import NamespaceConfined, RefusedSource, address_allowed
+from .metrics.source import BEARER_TOKEN, MetricSource, PrometheusSource, Unreachable
+from .metrics.tenancy import FailingSource, NamespaceConfined, address_allowed, refused
 from .traffic.gateway import HTTPRouteRouter
 from .traffic.router import RouteError
 from .workloads.revisions import RevisionError, Revisions
@@ -101,14 +101,22 @@ class Deps:
         assert prom is not None
         if self.prometheus_allow and not address_allowed(prom.address, self.prometheus_allow):
             # Decided before the token is read: a tenant's token never goes to such an address.
-            return RefusedSource(prom.address)
+            return refused(prom.address)
         token = None
         if prom.bearer_token_secret_ref is not None:
             ref = prom.bearer_token_secret_ref
             secret = await self.kube.get(ns_path("", "v1", namespace, "secrets", ref.name))
             import base64
 
-            token = base64.b64decode(secret.get("data", {}).get(ref.key, "")).decode().strip()
+            try:
+                token = base64.b64decode((secret.get("data") or {}).get(ref.key, ""),
+                                         validate=True).decode().strip()
+            except (ValueError, TypeError, AttributeError):  # not base64, UTF-8, a string
+                token = "\n"
+            if token and not BEARER_TOKEN.match(token):  # the message never quotes the token
+                return FailingSource(Unreachable(
+                    f"Prometheus token: Secret {ref.name} key {ref.key} is not a bearer token "
+                    "(letters, digits and -._~+/ only)"))
         key = (prom.address, parse_duration(prom.timeout), token)
         source = self.sources.pop(key, None) or PrometheusSource.from_spec(prom, bearer_token=token)
         self.sources[key] = source  # now the most recently used

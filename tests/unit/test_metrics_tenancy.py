@@ -179,3 +179,25 @@ def test_a_used_client_stays_cached() -> None:
             assert await deps.source_for(spec_for("http://p0:9090"), "ns") is kept
         return True
     assert asyncio.run(go())
+
+
+@pytest.mark.parametrize("secret_data", [
+    {"token": base64.b64encode("tök€n".encode()).decode()},  # non-ASCII: UnicodeEncodeError
+    {"token": base64.b64encode(b"abc\ndef").decode()},  # a newline inside
+    {"token": "not base64!"},
+    {"token": base64.b64encode(b"\xff\xfe").decode()},  # not UTF-8
+])
+def test_a_token_that_is_not_a_bearer_token_is_an_error_that_does_not_quote_it(
+        prometheus: tuple[str, list[bytes]], secret_data: dict[str, str]) -> None:
+    address, seen = prometheus
+
+    class OddSecret(SecretStore):
+        async def get(self, path: str) -> dict[str, Any]:
+            return {"data": secret_data}
+
+    deps = Deps(kube=OddSecret(), post_event=None)  # type: ignore[arg-type]
+    m = run_measure(deps, spec_for(address))["errors"]
+    assert seen == []
+    assert m.error is MeasurementError.UNREACHABLE and "is not a bearer token" in m.detail
+    for secret in ("tök", "abc", "def"):
+        assert secret not in m.detail

@@ -92,8 +92,10 @@ class PodTemplate(Model):
 
     @model_validator(mode="after")
     def _ports_in_range(self) -> PodTemplate:
-        for i, c in enumerate(self.spec.get("containers") or []):
-            for j, port in enumerate((c.get("ports") or []) if isinstance(c, dict) else []):
+        containers = self.spec.get("containers")
+        for i, c in enumerate(containers if isinstance(containers, list) else []):
+            ports = c.get("ports") if isinstance(c, dict) else None
+            for j, port in enumerate(ports if isinstance(ports, list) else []):
                 number = port.get("containerPort") if isinstance(port, dict) else None
                 if isinstance(number, int) and not isinstance(number, bool) \
                         and not 1 <= number <= 65535:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import re
 from typing import Any, Protocol
 
 import httpx
@@ -61,6 +62,10 @@ class MetricSource(Protocol):
 
 #: The byte cap of one answer; a single-number answer is a few hundred bytes.
 MAX_ANSWER_BYTES = 4 * MiB
+
+#: RFC 6750's b64token: what a bearer token may hold.  Anything else (a newline, a non-ASCII
+#: character) fails in the HTTP client with the header's value -- the token -- in its message.
+BEARER_TOKEN = re.compile(r"^[A-Za-z0-9._~+/-]+=*$")
 
 # Prometheus API error types that mean "your query is wrong" rather than "try again later".
 _QUERY_ERROR_TYPES = frozenset({"bad_data", "execution"})
@@ -132,6 +137,8 @@ class PrometheusSource:
                     f"Prometheus at {where}: {e} (a query for one number answers in a few "
                     "hundred bytes; aggregate it, e.g. sum(...))"
                 ) from None
+            except httpx.LocalProtocolError as e:  # its text may quote a header: the token
+                raise Unreachable(f"Prometheus at {where}: {type(e).__name__}") from None
             except (httpx.HTTPError, httpx.InvalidURL) as e:
                 raise Unreachable(
                     f"Prometheus at {where}: {type(e).__name__}: {sanitize(e)}"

@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 
 from ..bounded_http import sanitize
 from .confine import ConfinementError, confine
-from .source import BadQuery, MetricSource
+from .source import BadQuery, MetricQueryError, MetricSource
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 
@@ -57,18 +57,23 @@ def address_allowed(address: str, allowed: Sequence[str]) -> bool:
     return False
 
 
-class RefusedSource:
-    """A source for an address outside the allow-list: every query is a ``BadQuery``, sent
-    nowhere."""
+class FailingSource:
+    """A source whose every query fails with ``error`` and is sent nowhere: an address outside
+    the allow-list (:func:`refused`), or a token that cannot be read."""
 
-    def __init__(self, address: str) -> None:
-        self.message = (
-            f"Prometheus address {sanitize(address, 200)} is not allowed by this operator "
-            "(setting --prometheus-allow, chart value tenancy.prometheusAllow): ask its "
-            "administrators to add it, or use an allowed Prometheus")
+    def __init__(self, error: MetricQueryError) -> None:
+        self.error = error
 
     async def query(self, promql: str, at: float | None = None) -> float:
-        raise BadQuery(self.message)
+        raise type(self.error)(self.error.message)
+
+
+def refused(address: str) -> FailingSource:
+    """The source of an address outside the allow-list: every metric a ``BadQuery``."""
+    return FailingSource(BadQuery(
+        f"Prometheus address {sanitize(address, 200)} is not allowed by this operator "
+        "(setting --prometheus-allow, chart value tenancy.prometheusAllow): ask its "
+        "administrators to add it, or use an allowed Prometheus"))
 
 
 class NamespaceConfined:
