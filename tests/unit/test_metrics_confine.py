@@ -134,3 +134,13 @@ def test_the_longest_queries_confine_fast_enough_for_the_event_loop() -> None:
         except ConfinementError as e:
             assert "nested too deep" in str(e)
         assert time.monotonic() - start < 3.0
+
+
+def test_the_built_in_templates_are_confined_already_and_sent_unchanged() -> None:
+    from inference_rollout.metrics.templates import TEMPLATES
+
+    rev = Revision(NS, "chat", "abc123")
+    for t in TEMPLATES.values():
+        for query in [t.value(rev.selector, "60s")] + (
+                [t.samples(rev.selector, "60s")] if t.samples else []):
+            assert confine(query, NS) == query
