@@ -24,12 +24,14 @@ by the library (its printer drops string escapes and turns ``x[5m:]`` into ``x[5
 again to check that every selector of what is sent is confined.  Functions that read series the
 query does not select (``info``) are rejected.
 
-Bounds: the parser is a native extension that holds the event loop while it runs, takes time
-quadratic in the nesting (0.6 s for 2048 nested unary minuses) and overflows its stack (a
-segfault of the whole operator) at about 8000 levels; its ``walk`` is slower still (cubic: 400
-nested parentheses took 5 s).  So a query to confine is at most :data:`MAX_QUERY_LENGTH`
-characters, the tree is walked here (iteratively), and results are cached: the same queries come
-back every analysis interval.
+Bounds: the parser is a native extension that holds the event loop (and the GIL) while it runs,
+takes time quadratic in the nesting (0.35-0.6 s for 2000 nested unary minuses) and overflows its
+stack (a segfault of the whole operator) at about 8000 levels; its ``walk`` is slower still
+(cubic: 400 nested parentheses took 5 s).  So a query to confine is at most
+:data:`MAX_QUERY_LENGTH` characters with at most :data:`MAX_OPERATORS` brackets and operator
+symbols outside its strings and comments (counted before parsing), the tree is walked here
+(iteratively), and answers -- refusals included -- are cached: the same queries come back every
+analysis interval.
 """
 
 from __future__ import annotations
@@ -48,6 +50,9 @@ from .promql import quote
 NAMESPACE = "namespace"
 #: The longest query (after placeholders are filled) this module parses; see "Bounds" above.
 MAX_QUERY_LENGTH = 2048
+#: Brackets and operator symbols outside strings and comments: what the parser's time grows with.
+MAX_OPERATORS = 200
+_OPERATOR_CHARS = frozenset("([{-+*/%^")
 #: Functions that read series other than their arguments' (info() joins target_info series of any
 #: namespace by instance/job): no confinement of selectors can bound them.
 UNCONFINABLE_FUNCTIONS = frozenset({"info"})
@@ -59,12 +64,30 @@ class ConfinementError(ValueError):
     """The query cannot be confined to the namespace; the message says why and what to write."""
 
 
-@functools.lru_cache(maxsize=1024)
 def confine(query: str, namespace: str) -> str:
     """``query`` with every vector selector confined to ``namespace`` (see the module doc)."""
+    confined, refusal = _confine_cached(query, namespace)
+    if refusal is not None:
+        raise ConfinementError(refusal)
+    assert confined is not None
+    return confined
+
+
+@functools.lru_cache(maxsize=1024)
+def _confine_cached(query: str, namespace: str) -> tuple[str | None, str | None]:
+    try:
+        return _confine(query, namespace), None
+    except ConfinementError as e:
+        return None, str(e)
+
+
+def _confine(query: str, namespace: str) -> str:
     if len(query) > MAX_QUERY_LENGTH:
         raise ConfinementError(f"the query is {len(query)} characters long; queries are confined "
                                f"to a namespace only up to {MAX_QUERY_LENGTH}")
+    if _operators(query) > MAX_OPERATORS:
+        raise ConfinementError(f"the query has more than {MAX_OPERATORS} brackets and operators; "
+                               "queries that large are not confined (split it into metrics)")
     tree = _parse(query, "the query does not parse as PromQL")
     if not _check(tree, namespace):
         return query
@@ -76,6 +99,25 @@ def confine(query: str, namespace: str) -> str:
     if _check(again, namespace):
         raise ConfinementError(f"the confined query is not confined: {confined[:200]}")
     return confined
+
+
+def _operators(query: str) -> int:
+    """Brackets and operator symbols outside string literals and ``#`` comments (PromQL's
+    lexical rules: "…" and '…' with backslash escapes, `…` raw)."""
+    count, i, n = 0, 0, len(query)
+    while i < n:
+        c = query[i]
+        if c in "\"'`":
+            i += 1
+            while i < n and query[i] != c:
+                i += 2 if query[i] == "\\" and c != "`" else 1
+        elif c == "#":
+            while i < n and query[i] != "\n":
+                i += 1
+        elif c in _OPERATOR_CHARS:
+            count += 1
+        i += 1
+    return count
 
 
 def _parse(query: str, why: str) -> Any:
