@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import threading
 import time
 from collections.abc import Iterator
@@ -205,3 +206,41 @@ def test_malformed_answers_are_typed_errors(body: Any, error: type[MetricQueryEr
 def test_an_address_httpx_cannot_use_is_unreachable_not_a_crash() -> None:
     with pytest.raises(Unreachable, match=r"InvalidURL|UnsupportedProtocol"):
         query_at("http://prometheus.monitoring:9090\n", timeout_s=1.0)
+
+
+def vector_at(base: str, label: str = "pod", **kw: Any) -> dict[str, float]:
+    async def go() -> dict[str, float]:
+        async with PrometheusSource(base, **kw) as source:
+            return await source.query_vector("up", label)
+
+    return asyncio.run(go())
+
+
+def test_query_vector_by_label_keeps_nan() -> None:
+    body = _data("vector", [{"metric": {"pod": "a"}, "value": [1, "0.5"]},
+                            {"metric": {"pod": "b"}, "value": [1, "NaN"]}])
+    with serve(respond(_answer(body))) as base:
+        got = vector_at(base)
+    assert got["a"] == 0.5 and math.isnan(got["b"])
+
+
+@pytest.mark.parametrize(
+    ("body", "error", "message"),
+    [
+        (_data("vector", {"a": 1}), Unreachable, "not a list"),
+        (_data("vector", ["x"]), Unreachable, "series is not an object"),
+        (_data("vector", [{"metric": {"pod": 5}, "value": [1, "1"]}]), BadQuery,
+         "without the label 'pod'"),
+        (_data("vector", [{"metric": [], "value": [1, "1"]}]), BadQuery, "without the label"),
+        (_data("vector", [{"metric": {"pod": "a"}, "value": [1, "x"]}]), Unreachable,
+         "'x' is not a number"),
+        (_data("vector", [{"metric": {"pod": "a"}, "value": 3}]), Unreachable, "not \\[time"),
+        (_data("vector", []), NoData, "empty vector"),
+        (_data("scalar", [1, "1"]), BadQuery, "expected a vector by pod"),
+        (NESTED, Unreachable, "not a Prometheus API response"),
+    ],
+)
+def test_malformed_vectors_are_typed_errors(body: Any, error: type[MetricQueryError],
+                                            message: str) -> None:
+    with serve(respond(_answer(body))) as base, pytest.raises(error, match=message):
+        vector_at(base, timeout_s=4.0)

@@ -201,3 +201,23 @@ def test_a_token_that_is_not_a_bearer_token_is_an_error_that_does_not_quote_it(
     assert m.error is MeasurementError.UNREACHABLE and "is not a bearer token" in m.detail
     for secret in ("tök", "abc", "def"):
         assert secret not in m.detail
+
+
+def test_vector_queries_are_confined_and_refused_alike(
+        prometheus: tuple[str, list[bytes]]) -> None:
+    from inference_rollout.metrics.source import BadQuery, PrometheusSource
+    from inference_rollout.metrics.tenancy import NamespaceConfined, refused
+
+    address, seen = prometheus
+
+    async def go() -> None:
+        async with PrometheusSource(address) as source:
+            confined = NamespaceConfined(source, "team-a")
+            with pytest.raises(BadQuery, match="without the label"):
+                await confined.query_vector("sum by (pod) (up)", "pod")  # VECTOR has no pod
+            with pytest.raises(BadQuery, match='namespace="team-b"'):
+                await confined.query_vector('up{namespace="team-b"}', "pod")
+        with pytest.raises(BadQuery, match="not allowed"):
+            await refused("http://elsewhere:9090").query_vector("up", "pod")
+    asyncio.run(go())
+    assert [r["query"] for r in sent(seen)] == ['sum by (pod) (up{namespace="team-a"})']

@@ -59,6 +59,15 @@ class MetricSource(Protocol):
         """
         ...
 
+    async def query_vector(self, promql: str, label: str, at: float | None = None
+                           ) -> dict[str, float]:
+        """Every series of ``promql`` as ``{value of label: number}`` (NaN kept as NaN).
+
+        Raises :class:`NoData` for an empty vector, :class:`BadQuery` when a series lacks
+        ``label`` or the result is not a vector, :class:`Unreachable` as :meth:`query`.
+        """
+        ...
+
 
 #: The byte cap of one answer; a single-number answer is a few hundred bytes.
 MAX_ANSWER_BYTES = 4 * MiB
@@ -117,6 +126,13 @@ class PrometheusSource:
         await self.aclose()
 
     async def query(self, promql: str, at: float | None = None) -> float:
+        return _single_value(await self._data(promql, at))
+
+    async def query_vector(self, promql: str, label: str, at: float | None = None
+                           ) -> dict[str, float]:
+        return _by_label(await self._data(promql, at), label)
+
+    async def _data(self, promql: str, at: float | None) -> dict[str, Any]:
         form = {"query": promql, "timeout": f"{self.timeout_s:g}s"}
         if at is not None:
             form["time"] = f"{at:.3f}"
@@ -146,7 +162,8 @@ class PrometheusSource:
         return _parse(resp.status_code, where, data)
 
 
-def _parse(status_code: int, where: str, data: bytes) -> float:
+def _parse(status_code: int, where: str, data: bytes) -> dict[str, Any]:
+    """The ``data`` object of a successful answer; typed errors for everything else."""
     try:
         body: Any = loads(data)
     except MalformedJSON:
@@ -162,7 +179,7 @@ def _parse(status_code: int, where: str, data: bytes) -> float:
     data_field = body.get("data")
     if not isinstance(data_field, dict):
         raise _malformed("data is not an object")
-    return _single_value(data_field)
+    return data_field
 
 
 def _malformed(why: str) -> Unreachable:
@@ -196,6 +213,27 @@ def _single_value(data: dict[str, Any]) -> float:
     return _number(_sample_value(result[0]["value"]))
 
 
+def _by_label(data: dict[str, Any], label: str) -> dict[str, float]:
+    result: Any = data.get("result")
+    if data.get("resultType") != "vector":
+        raise BadQuery(f"query returned a {sanitize(data.get('resultType'), 40)}; expected a "
+                       f"vector by {label}")
+    if not isinstance(result, list):
+        raise _malformed("a vector result is not a list")
+    if not result:
+        raise NoData("query returned an empty vector (no matching series)")
+    out: dict[str, float] = {}
+    for series in result:
+        if not isinstance(series, dict):
+            raise _malformed("a series is not an object")
+        metric = series.get("metric") or {}
+        key = metric.get(label) if isinstance(metric, dict) else None
+        if not isinstance(key, str) or "value" not in series:
+            raise BadQuery(f"a series without the label {label!r}: {_labels(metric)}")
+        out[key] = _float(_sample_value(series["value"]))
+    return out
+
+
 def _sample_value(sample: Any) -> str:
     """The value of a ``[<unix time>, "<value>"]`` pair (Prometheus writes values as strings)."""
     if not (isinstance(sample, list) and len(sample) == 2 and isinstance(sample[1], str)):
@@ -203,11 +241,15 @@ def _sample_value(sample: Any) -> str:
     return sample[1]
 
 
-def _number(text: str) -> float:
+def _float(text: str) -> float:
     try:
-        value = float(text)  # Prometheus writes "NaN", "+Inf", "-Inf", which float() accepts
+        return float(text)  # Prometheus writes "NaN", "+Inf", "-Inf", which float() accepts
     except ValueError:
         raise _malformed(f"sample value {sanitize(text, 40)!r} is not a number") from None
+
+
+def _number(text: str) -> float:
+    value = _float(text)
     if math.isnan(value):
         raise NoData("query returned NaN (no traffic in the window: 0/0 or an empty histogram)")
     return value

@@ -67,6 +67,10 @@ class FailingSource:
     async def query(self, promql: str, at: float | None = None) -> float:
         raise type(self.error)(self.error.message)
 
+    async def query_vector(self, promql: str, label: str, at: float | None = None
+                           ) -> dict[str, float]:
+        raise type(self.error)(self.error.message)
+
 
 def refused(address: str) -> FailingSource:
     """The source of an address outside the allow-list: every metric a ``BadQuery``."""
@@ -85,8 +89,14 @@ class NamespaceConfined:
         self.namespace = namespace
 
     async def query(self, promql: str, at: float | None = None) -> float:
+        return await self.source.query(self._confined(promql), at)
+
+    async def query_vector(self, promql: str, label: str, at: float | None = None
+                           ) -> dict[str, float]:
+        return await self.source.query_vector(self._confined(promql), label, at)
+
+    def _confined(self, promql: str) -> str:
         try:
-            confined = confine(promql, self.namespace)
+            return confine(promql, self.namespace)
         except ConfinementError as e:
             raise BadQuery(f"namespace confinement (setting --confine-queries): {e}") from None
-        return await self.source.query(confined, at)
