@@ -3,6 +3,7 @@
     inference-rollout operator [--namespace NS]... | --all-namespaces
                                [--log-format plain|json] [--liveness-port 8080]
                                [--metrics-port 8081] [--kubeconfig PATH]
+                               [--prometheus-allow URL]... [--confine-queries]
     inference-rollout crd
 """
 
@@ -31,6 +32,14 @@ def _parser() -> argparse.ArgumentParser:
     op.add_argument("--service-proxy", default=None, metavar="URL",
                     help="send the business evaluation's requests to revision Services through "
                          "this HTTP forward proxy (when the operator runs outside the cluster)")
+    tenancy = op.add_argument_group("tenancy (docs/security.md)")
+    tenancy.add_argument("--prometheus-allow", action="append", default=[], metavar="URL",
+                         help="a Prometheus base URL rollouts may name (repeatable); an address "
+                              "outside the list is never contacted and its metrics are errors. "
+                              "Default: any address")
+    tenancy.add_argument("--confine-queries", action="store_true",
+                         help="add namespace=\"<the rollout's namespace>\" to every selector of "
+                              "every query (a conflicting namespace matcher is an error)")
     sub.add_parser("crd", help="print the CustomResourceDefinition YAML")
     return p
 
@@ -45,6 +54,8 @@ def run_operator(args: argparse.Namespace) -> int:
     handlers.Runtime.kubeconfig = args.kubeconfig
     handlers.Runtime.metrics_port = args.metrics_port
     handlers.Runtime.service_proxy = args.service_proxy
+    handlers.Runtime.prometheus_allow = tuple(args.prometheus_allow)
+    handlers.Runtime.confine_queries = bool(args.confine_queries)
     handlers.Runtime.clusterwide = bool(args.all_namespaces)
     fmt = kopf.LogFormat.JSON if args.log_format == "json" else kopf.LogFormat.PLAIN
     kopf.configure(verbose=args.verbose, log_format=fmt)
@@ -58,8 +69,15 @@ def run_operator(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
     if args.command == "operator":
+        from .metrics.tenancy import check_allow_list
+
+        bad = check_allow_list(args.prometheus_allow)
+        if bad:
+            parser.error(f"--prometheus-allow {bad[0]!r}: not a base URL; write e.g. "
+                         "http://prometheus.monitoring:9090 (no query or fragment)")
         return run_operator(args)
     from .api.crd import render
 

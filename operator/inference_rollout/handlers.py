@@ -50,6 +50,8 @@ class Runtime:
     metrics_port: int = 8081
     kubeconfig: str | None = None
     service_proxy: str | None = None  # --service-proxy: the evaluation's HTTP forward proxy
+    prometheus_allow: tuple[str, ...] = ()  # --prometheus-allow (docs/security.md)
+    confine_queries: bool = False  # --confine-queries (docs/security.md)
     clusterwide: bool = True  # --all-namespaces; else the deletion watchdog runs
     #: Namespaces whose rollouts this process has served (the deletion watchdog's scope).
     served_namespaces: ClassVar[set[str]] = set()
@@ -90,7 +92,9 @@ def configure(settings: kopf.OperatorSettings) -> None:
 async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
     configure(settings)
     Runtime.deps = Deps(kube=Kube(load_configuration(Runtime.kubeconfig)), post_event=_post_event,
-                        service_proxy=Runtime.service_proxy)
+                        service_proxy=Runtime.service_proxy,
+                        prometheus_allow=Runtime.prometheus_allow,
+                        confine_queries=Runtime.confine_queries)
     app = web.Application()
     app.router.add_get("/metrics", _metrics)
     runner = web.AppRunner(app, access_log=None)  # a scrape every few seconds is not news

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -53,7 +54,8 @@ from .evaluation.cases import CasesError, parse_cases
 from .evaluation.runner import run_evaluation, served_model, service_url
 from .kube import Kube, KubeError, ns_path, rollout_path
 from .metrics.analysis import measure
-from .metrics.source import MetricSource, PrometheusSource
+from .metrics.source import BEARER_TOKEN, MetricSource, PrometheusSource, Unreachable
+from .metrics.tenancy import FailingSource, NamespaceConfined, address_allowed, refused
 from .traffic.gateway import HTTPRouteRouter
 from .traffic.router import RouteError, RouteMissing
 from .workloads.revisions import RevisionError, Revisions
@@ -79,7 +81,16 @@ class Deps:
     service_proxy: str | None = None  # the evaluation reaches revision Services through it
     #: The reconcile slots the handlers hold a reconcile in (None: no limit, e.g. in tests).
     slots: asyncio.Semaphore | None = None
-    sources: dict[tuple[str, float, str | None], MetricSource] = field(default_factory=dict)
+    #: Tenancy settings (docs/security.md): the Prometheus addresses rollouts may name (empty:
+    #: any), and whether every query is confined to the rollout's namespace.
+    prometheus_allow: tuple[str, ...] = ()
+    confine_queries: bool = False
+    #: One client (connection pool) per address, timeout and token, least recently used first;
+    #: at most ``max_sources``, so addresses a tenant tries one after another cannot pile up.
+    sources: OrderedDict[tuple[str, float, str | None], PrometheusSource] = field(
+        default_factory=OrderedDict)
+    max_sources: int = 32
+    _closing: set[asyncio.Task[None]] = field(default_factory=set)
     lint_cache: dict[tuple[str, int, tuple[str, ...] | None], list[str]] = field(
         default_factory=dict)
 
@@ -98,17 +109,39 @@ class Deps:
     async def source_for(self, spec: InferenceRolloutSpec, namespace: str) -> MetricSource:
         prom = spec.analysis.prometheus
         assert prom is not None
+        if self.prometheus_allow and not address_allowed(prom.address, self.prometheus_allow):
+            # Decided before the token is read: a tenant's token never goes to such an address.
+            return refused(prom.address)
         token = None
         if prom.bearer_token_secret_ref is not None:
             ref = prom.bearer_token_secret_ref
             secret = await self.kube.get(ns_path("", "v1", namespace, "secrets", ref.name))
             import base64
 
-            token = base64.b64decode(secret.get("data", {}).get(ref.key, "")).decode().strip()
+            try:
+                token = base64.b64decode((secret.get("data") or {}).get(ref.key, ""),
+                                         validate=True).decode().strip()
+            except (ValueError, TypeError, AttributeError):  # not base64, UTF-8, a string
+                token = "\n"
+            if token and not BEARER_TOKEN.match(token):  # the message never quotes the token
+                return FailingSource(Unreachable(
+                    f"Prometheus token: Secret {ref.name} key {ref.key} is not a bearer token "
+                    "(letters, digits and -._~+/ only)"))
         key = (prom.address, parse_duration(prom.timeout), token)
-        if key not in self.sources:
-            self.sources[key] = PrometheusSource.from_spec(prom, bearer_token=token)
-        return self.sources[key]
+        source = self.sources.pop(key, None) or PrometheusSource.from_spec(prom, bearer_token=token)
+        self.sources[key] = source  # now the most recently used
+        while len(self.sources) > self.max_sources:
+            _, evicted = self.sources.popitem(last=False)
+            task = asyncio.create_task(_close_after_its_queries(evicted))
+            self._closing.add(task)
+            task.add_done_callback(self._closing.discard)
+        return NamespaceConfined(source, namespace) if self.confine_queries else source
+
+
+async def _close_after_its_queries(source: PrometheusSource) -> None:
+    """Close an evicted client once a query it may still be serving has timed out."""
+    await asyncio.sleep(source.timeout_s + 1)
+    await source.aclose()
 
 
 async def reconcile(deps: Deps, body: dict[str, Any]) -> float:

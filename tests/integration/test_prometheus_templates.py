@@ -29,6 +29,7 @@ from inference_rollout.core import analysis as an
 from inference_rollout.core import sequential as sq
 from inference_rollout.core.types import Measurement, MeasurementError
 from inference_rollout.metrics import NoData, PrometheusSource, measure
+from inference_rollout.metrics.tenancy import NamespaceConfined
 
 pytestmark = pytest.mark.integration
 
@@ -214,6 +215,31 @@ def test_custom_query_with_placeholders(prom_url: str) -> None:
     assert got["stop-share"].stable_value == pytest.approx(0.9, rel=1e-3)
     assert got["stop-share"].samples is None  # custom queries: no guard unless minSamples is set
     assert got["running"].value == 3.0
+
+
+def test_confined_custom_queries_read_only_the_rollouts_namespace(prom_url: str) -> None:
+    """--confine-queries against a real Prometheus: the canary's pod name also exists in
+    "staging" (a decoy at 99 °C); a query without a namespace matcher reads it, confined it does
+    not, and the rendered forms (subquery, offset, binary operation) are valid PromQL."""
+    pod = CANARY_POD.pod
+    queries = {
+        "plain": f'max(DCGM_FI_DEV_GPU_TEMP{{pod="{pod}"}})',
+        "subquery": f'max(max_over_time(DCGM_FI_DEV_GPU_TEMP{{pod="{pod}"}}[4s:1s]))',
+        "offset": f'max(DCGM_FI_DEV_GPU_TEMP{{pod="{pod}"}} offset 1s) * 1',
+        "escape": f'max(DCGM_FI_DEV_GPU_TEMP{{pod=~".*", namespace=~".+", pod="{pod}"}})',
+    }
+    metrics = [MetricSpec(name=n, query=q, max=1000) for n, q in queries.items()]
+    open_ = run(prom_url, CANARY, metrics)
+    assert {n: m.value for n, m in open_.items()} == dict.fromkeys(queries, 99.0)
+
+    async def confined() -> dict[str, Measurement]:
+        async with PrometheusSource(prom_url, timeout_s=5.0) as source:
+            return await measure(NamespaceConfined(source, NS), NS, ROLLOUT, CANARY, None,
+                                 metrics, interval_s=WINDOW_S, default_min_samples=0,
+                                 scrape_interval_s=1.0)
+
+    got = asyncio.run(confined())
+    assert {n: (m.error, m.value) for n, m in got.items()} == dict.fromkeys(queries, (None, 86.0))
 
 
 def test_broken_promql_is_bad_query(prom_url: str) -> None:

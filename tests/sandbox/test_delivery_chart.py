@@ -220,6 +220,17 @@ def test_deployment_runs_one_locked_down_operator() -> None:
     assert c["volumeMounts"] == [{"name": "tmp", "mountPath": "/tmp"}]
 
 
+def test_tenancy_settings_become_operator_flags() -> None:
+    args = deployment(render())["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--prometheus-allow" not in args and "--confine-queries" not in args  # off by default
+    docs = render("tenancy.prometheusAllow={http://prometheus.monitoring:9090,"
+                  "https://thanos.example.com/tenant-a}", "tenancy.confineQueries=true")
+    args = deployment(docs)["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[args.index("--metrics-port") + 2:] == [
+        "--prometheus-allow", "http://prometheus.monitoring:9090",
+        "--prometheus-allow", "https://thanos.example.com/tenant-a", "--confine-queries"]
+
+
 def test_metrics_service_and_optional_service_monitor() -> None:
     docs = render()
     (svc,) = of_kind(docs, "Service")
@@ -252,6 +263,8 @@ def test_crds_come_from_the_chart_crds_directory() -> None:
     (["prometheus.bearerTokenSecret=bad name"], "/prometheus/bearerTokenSecret"),
     (["operator.logFormat=xml"], "/operator/logFormat"),
     (["replicaCount=2"], "additional properties"),         # one operator, by design
+    (["tenancy.prometheusAllow={prometheus:9090}"], "/tenancy/prometheusAllow/0"),
+    (["tenancy.confineQueries=maybe"], "/tenancy/confineQueries"),
 ])
 def test_the_schema_rejects_bad_values(sets: list[str], message: str) -> None:
     args = ["template", "ir", str(CHART)]

@@ -25,6 +25,7 @@ from inference_rollout.api.spec import (
     StrategySpec,
 )
 from inference_rollout.api.status import InferenceRolloutStatus
+from inference_rollout.core import validation
 
 
 def spec_body() -> dict[str, Any]:
@@ -198,6 +199,46 @@ CASES: list[tuple[str, dict[str, Any], list[str]]] = [
     ("too many steps",
      with_changes(strategy={"steps": [{"weight": w} for w in range(80, 101)]}),
      ["strategy.steps", f"at most {MAX_STEPS} items"]),
+    # Bounded work (issue 9): each of these reached the reconcile and crashed or looped there.
+    ("pause 300000000000s (OverflowError in every reconcile before)",
+     with_changes(strategy={"steps": [{"weight": 5, "pause": "300000000000s"}, {"weight": 100}]}),
+     ["strategy.steps.0.pause", "'300000000000s' is not a duration", "at most 6 digits"]),
+    ("pause over a year",
+     with_changes(strategy={"steps": [{"weight": 5, "pause": "400d"}, {"weight": 100}]}),
+     ["strategy.steps.0.pause", "'400d' is longer than 365d"]),
+    ("huge scaleDownDelay", with_changes(strategy={"scaleDownDelay": "999999h"}),
+     ["strategy.scaleDownDelay", "longer than 365d"]),
+    ("prometheus timeout 5m", with_changes(analysis__prometheus__timeout="5m"),
+     ["spec.analysis.prometheus.timeout: 5m is longer than the maximum 1m"]),
+    ("interval 2d", with_changes(analysis__interval="2d"),
+     ["spec.analysis.interval: 2d is longer than the maximum 24h"]),
+    ("evaluation timeout 10m", with_changes(evaluation={"configMapRef": {"name": "c"},
+                                                        "timeout": "10m"}),
+     ["spec.evaluation.timeout: 10m is longer than the maximum 5m"]),
+    ("evaluation sampleSize 5000", with_changes(evaluation={"configMapRef": {"name": "c"},
+                                                            "sampleSize": 5000}),
+     ["evaluation.sampleSize", "less than or equal to 1000"]),
+    ("replicas above int32", with_changes(replicas=2**31), ["replicas", "2147483647"]),
+    ("replicas + maxSurge above int32", with_changes(replicas=2**31 - 1),
+     ["spec.replicas: replicas + capacity.maxSurge must be at most 2147483647"]),
+    ("port 70000", with_changes(template__spec__containers__0__ports=[
+        {"name": "http", "containerPort": 70000}]),
+     ["spec.template.spec.containers[0].ports[0].containerPort: 70000 is not a port number"]),
+    ("port 0 on a second port", with_changes(template__spec__containers__0__ports=[
+        {"name": "http", "containerPort": 8000}, {"name": "metrics", "containerPort": 0}]),
+     ["spec.template.spec.containers[0].ports[1].containerPort: 0 is not a port number"]),
+    ("prometheus address ending in a newline (httpx.InvalidURL before)",
+     with_changes(analysis__prometheus__address="http://prometheus.monitoring:9090\n"),
+     ["analysis.prometheus.address", "should match pattern"]),
+    ("prometheus address with a bad port",
+     with_changes(analysis__prometheus__address="http://prometheus:99999"),
+     ["spec.analysis.prometheus.address", "is not a URL"]),
+    ("prometheus address with credentials",
+     with_changes(analysis__prometheus__address="http://user:pw@prometheus:9090"),
+     ["spec.analysis.prometheus.address: no credentials", "bearerTokenSecretRef"]),
+    ("prometheus address without a host",
+     with_changes(analysis__prometheus__address="http:///api"),
+     ["spec.analysis.prometheus.address", "names no host"]),
 ]
 
 
@@ -307,3 +348,15 @@ def test_parse_does_not_mutate_its_input() -> None:
     before = copy.deepcopy(body)
     InferenceRolloutSpec.parse(body)
     assert body == before
+
+
+@pytest.mark.parametrize("name", ["chat.v2", "3chat", "Chat", "a" * 36])
+def test_rollout_names_that_cannot_name_a_deployment_are_valid_false(name: str) -> None:
+    # The CRD rejects them now; an object stored before that rule gets Valid=False, not a loop
+    # of failing Deployment creates.
+    found = validation.problems(InferenceRolloutSpec.parse(spec_body()), name)
+    assert found and found[0].startswith("metadata.name: "), found
+
+
+def test_a_dns_1035_rollout_name_has_no_problem() -> None:
+    assert validation.problems(InferenceRolloutSpec.parse(spec_body()), "llama-3-chat") == []

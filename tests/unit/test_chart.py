@@ -72,3 +72,26 @@ def test_rbac_rules_template_has_no_wildcards() -> None:
     text = "\n".join((CHART / "templates" / n).read_text()
                      for n in ("_rbac_rules.tpl", "rbac.yaml"))
     assert '"*"' not in text and "'*'" not in text and "[*]" not in text
+
+
+def test_tenancy_is_off_by_default_and_its_flags_are_the_operators() -> None:
+    """The chart's tenancy values default to off, and every flag the template can emit for them
+    is one the operator's command line accepts, with the value type it expects.  (Rendering
+    with helm: tests/sandbox/test_delivery_chart.py.)"""
+    from inference_rollout.__main__ import _parser
+
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    assert values["tenancy"] == {"prometheusAllow": [], "confineQueries": False}
+    template = (CHART / "templates" / "deployment.yaml").read_text()
+    assert "range .Values.tenancy.prometheusAllow" in template
+    assert "if .Values.tenancy.confineQueries" in template
+    args = _parser().parse_args([
+        "operator", "-A", "--prometheus-allow", "http://prometheus.monitoring:9090",
+        "--prometheus-allow", "https://thanos.example.com/tenant-a", "--confine-queries"])
+    assert args.prometheus_allow == ["http://prometheus.monitoring:9090",
+                                     "https://thanos.example.com/tenant-a"]
+    assert args.confine_queries is True
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    pattern = schema["properties"]["tenancy"]["properties"]["prometheusAllow"]["items"]["pattern"]
+    from inference_rollout.api.spec import PROMETHEUS_ADDRESS_PATTERN
+    assert pattern == PROMETHEUS_ADDRESS_PATTERN, "the chart accepts what the CRD accepts"

@@ -22,13 +22,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import re2
 import yaml
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from inference_rollout.api import GROUP, KIND, PLURAL, SHORT_NAMES, SINGULAR, VERSION, crd
-from inference_rollout.api.duration import parse_duration
+from inference_rollout.api.duration import DurationError, parse_duration
 from inference_rollout.api.spec import MAX_STEPS, InferenceRolloutSpec
 
 REPO = Path(__file__).resolve().parents[2]
@@ -125,6 +126,14 @@ VALID: list[tuple[str, dict[str, Any]]] = [
         "analysis.inconclusiveLimit": "2h", "analysis.onInconclusive": "Rollback",
         "analysis.metrics.0.warmup": "30s"})),
     ("window verdicts", patched({"analysis.verdicts": "Window"})),
+    ("the longest durations", patched({
+        "strategy.steps": [{"weight": 5, "pause": "365d"}, {"weight": 100}],
+        "strategy.scaleDownDelay": "8760h", "analysis.interval": "24h",
+        "analysis.prometheus.timeout": "1m",
+        "evaluation": {"configMapRef": {"name": "cases"}, "timeout": "5m", "sampleSize": 1000}})),
+    ("prometheus address with a path, a port and IPv6", patched({
+        "analysis.prometheus.address": "https://[fd00::1]:9443/prometheus/"})),
+    ("replicas + maxSurge exactly int32", patched({"replicas": 2**31 - 2})),
 ]
 
 #: (id, manifest, message): rejected at apply time; the message (or the field path for schema
@@ -181,6 +190,40 @@ INVALID: list[tuple[str, dict[str, Any], str]] = [
      patched({"analysis.prometheus.address": "prometheus:9090"}),
      "spec.analysis.prometheus.address"),
     ("no template", patched({"template": DELETE}), "spec.template"),
+    # Bounded work (issue 9): no duration, count or address the operator cannot act on.
+    ("pause 300000000000s", patched({"strategy.steps": [{"weight": 5, "pause": "300000000000s"},
+                                                        {"weight": 100}]}),
+     "spec.strategy.steps[0].pause"),
+    ("pause 366d", patched({"strategy.steps": [{"weight": 5, "pause": "366d"},
+                                               {"weight": 100}]}),
+     "spec.strategy.steps[0].pause: Invalid value: must be at most 365d"),
+    ("scaleDownDelay 999999h", patched({"strategy.scaleDownDelay": "999999h"}),
+     "spec.strategy.scaleDownDelay: Invalid value: must be at most 365d"),
+    ("prometheus timeout 2m", patched({"analysis.prometheus.timeout": "2m"}),
+     "spec.analysis.prometheus.timeout: must be at most 1m"),
+    ("evaluation timeout 1h", patched({"evaluation": {"configMapRef": {"name": "cases"},
+                                                      "timeout": "1h"}}),
+     "spec.evaluation.timeout: must be at most 5m"),
+    ("evaluation sampleSize 100000", patched({"evaluation": {"configMapRef": {"name": "cases"},
+                                                             "sampleSize": 100000}}),
+     "spec.evaluation.sampleSize"),
+    ("interval 2d", patched({"analysis.interval": "2d"}),
+     "spec.analysis.interval: must be at most 24h"),
+    ("replicas above int32", patched({"replicas": 2**31}), "spec.replicas"),
+    ("replicas + maxSurge above int32", patched({"replicas": 2**31 - 1}),
+     "spec.replicas: replicas + capacity.maxSurge must be at most 2147483647"),
+    ("step replicas above int32", patched({"strategy.steps": [{"weight": 5, "replicas": 2**31},
+                                                              {"weight": 100}]}),
+     "spec.strategy.steps[0].replicas"),
+    ("prometheus address ending in a newline",
+     patched({"analysis.prometheus.address": "http://prometheus.monitoring:9090\n"}),
+     "spec.analysis.prometheus.address"),
+    ("prometheus address with a space",
+     patched({"analysis.prometheus.address": "http://prometheus monitoring:9090"}),
+     "spec.analysis.prometheus.address"),
+    ("prometheus address with a query",
+     patched({"analysis.prometheus.address": "http://prometheus:9090/?x=1"}),
+     "spec.analysis.prometheus.address"),
     ("zero replicas", patched({"replicas": 0}), "spec.replicas"),
     ("rollback on inconclusive without a limit", patched({"analysis.onInconclusive": "Rollback"}),
      "spec.analysis.onInconclusive: Rollback acts only after inconclusiveLimit"),
@@ -257,7 +300,9 @@ def schema_errors(value: Any, schema: dict[str, Any], path: str) -> list[str]:
             errors.append(f"{path}: Invalid value: should be at least {schema['minLength']} long")
         if len(value) > schema.get("maxLength", math.inf):
             errors.append(f"{path}: Too long: may not be longer than {schema['maxLength']}")
-        if "pattern" in schema and not re.search(schema["pattern"], value):
+        # The API server's regexps are Go's (RE2): `$` is the end of the text, where Python's
+        # `re` would also match before a final newline.
+        if "pattern" in schema and not re2.search(schema["pattern"], value):
             errors.append(f"{path}: Invalid value: {value!r}: should match {schema['pattern']!r}")
     if kind == "array":
         if len(value) < schema.get("minItems", 0):
@@ -300,6 +345,8 @@ def go_duration(text: Any) -> celtypes.DurationType:
     if not s or "".join(n + u for n, u in parts) != s or any(n in ("", ".") for n, _ in parts):
         raise ValueError(f"time: invalid duration {str(text)!r}")
     nanos = sum(int(Decimal(n) * _GO_UNITS_NS[u]) for n, u in parts)  # Go truncates fractions
+    if nanos > 2**63 - 1:
+        raise ValueError(f"time: invalid duration {str(text)!r}")  # Go: overflow
     seconds, rest = divmod(sign * nanos, 10**9)
     return celtypes.DurationType(seconds, rest)
 
@@ -453,7 +500,10 @@ def test_schema_is_structural() -> None:
         if node.get("nullable"):
             assert path.startswith(".status"), f"{where}: spec fields are not nullable"
             assert "enum" not in node, f"{where}: a nullable enum would reject null"
-    assert SCHEMA["properties"]["metadata"] == {"type": "object"}
+    # The API server allows only name and generateName restrictions on metadata.
+    metadata = SCHEMA["properties"]["metadata"]
+    assert metadata["type"] == "object" and set(metadata["properties"]) == {"name"}
+    assert set(metadata["properties"]["name"]) == {"type", "maxLength", "pattern"}
     assert SCHEMA["required"] == ["spec"]
 
 
@@ -468,7 +518,10 @@ def test_cel_rules_have_list_bounds() -> None:
     """Every list a rule iterates has maxItems, so the API server's cost estimate passes."""
     for path, node in walk(SCHEMA):
         for rule in node.get("x-kubernetes-validations", []):
-            assert rule["message"].startswith("spec."), f"{path}: the message names the field"
+            # A rule on a string is reported under the string's own path by the API server
+            # ("spec.strategy.steps[0].pause: Invalid value: ...: must be at most 365d").
+            assert rule["message"].startswith("spec.") \
+                or node.get("type") == "string", f"{path}: the message names the field"
         if node.get("type") == "array" and path.startswith(".spec"):
             assert "maxItems" in node, f"{path}: arrays need maxItems"
 
@@ -608,14 +661,25 @@ def _number(n: Any) -> str:
 @given(st.lists(_PART, min_size=1, max_size=3))
 def test_interval_rule_agrees_with_the_models(parts: list[tuple[Any, str]]) -> None:
     interval = "".join(_number(n) + unit for n, unit in parts)
-    seconds = parse_duration(interval)
-    assume(abs(seconds - 5) > 1e-6)  # float sums at exactly 5s are the models' own rounding
+    try:
+        seconds: float | None = parse_duration(interval)
+    except DurationError:  # too long a string: the schema's maxLength rejects it too
+        seconds = None
+    # Float sums at exactly a bound are the models' own rounding.
+    assume(seconds is None or min(abs(seconds - 5), abs(seconds - 86400)) > 1e-6)
     # Sub-millisecond parts: the CEL rule compares whole milliseconds; keep to what it is exact on.
     assume(all((Decimal(n) * {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000,
                               "d": 60_000}[u]) % 1 == 0 for n, u in parts))
     body = patched({"analysis.interval": interval})
     _, errors = apply(body)
-    assert (errors == []) == (seconds >= 5), (interval, seconds, errors)
+    accepted = seconds is not None and 5 <= seconds <= 86400
+    assert (errors == []) == accepted, (interval, seconds, errors)
+    try:
+        InferenceRolloutSpec.model_validate(body["spec"])
+        model_ok = True
+    except ValidationError:
+        model_ok = False
+    assert model_ok == accepted, (interval, seconds)
 
 
 @needs_cel
@@ -625,3 +689,19 @@ def test_go_duration_matches_go() -> None:
     for bad in ("1d", "5", "", ".s", "1h 30m"):
         with pytest.raises(ValueError):
             go_duration(bad)
+
+
+@needs_cel
+@pytest.mark.parametrize("name", ["chat", "llama-3-chat", "a" * 35])
+def test_rollout_names_that_can_name_a_deployment_are_accepted(name: str) -> None:
+    assert apply(manifest(name))[1] == []
+
+
+@needs_cel
+@pytest.mark.parametrize("name", ["chat.v2", "3chat", "a" * 36, "chat-"])
+def test_rollout_names_that_cannot_name_a_deployment_are_rejected(name: str) -> None:
+    # The API server checks only that a custom resource's name is a DNS subdomain; the revisions'
+    # Deployments and Services (<name>-<hash>) need a DNS-1035 label, or every create fails.
+    _, errors = apply(manifest(name))
+    assert any(e.startswith(("metadata.name: Invalid value", "metadata.name: Too long"))
+               for e in errors), errors

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 
 import httpx
 import pytest
+from tests.unit.hostile_server import flood, peak_rss_growth, serve, trickle
 
 from inference_rollout.api.spec import PodTemplate
+from inference_rollout.bounded_http import MiB
 from inference_rollout.evaluation.cases import parse_cases
 from inference_rollout.evaluation.runner import (
     reply_text,
@@ -157,3 +160,40 @@ def test_service_url_and_model() -> None:
     assert served_model(tmpl("serve", "meta/Llama")) == "meta/Llama"
     with pytest.raises(ValueError):
         served_model(tmpl("--max-num-seqs", "8"))
+
+
+# --- hostile Services (issue 9): bounded time, bounded memory, never an untyped exception --------
+
+def run_against(base: str, n: int = 2, **kw: object):
+    url = base + "/v1/chat/completions"
+    return asyncio.run(run_evaluation(json_cases(n), url, url, "chat-model", **kw))  # type: ignore[arg-type]
+
+
+def test_a_trickling_service_fails_its_request_at_the_timeout() -> None:
+    reply = json.dumps({"choices": [{"message": {"content": '{"id": 0}'}}]}).encode()
+    with serve(trickle(reply, 0.5)) as base:
+        start = time.monotonic()
+        res = run_against(base, n=1, timeout=1.0)
+        elapsed = time.monotonic() - start
+    assert res.error is not None and "no reply within 1s" in res.error
+    assert elapsed < 2.5, f"took {elapsed:.1f}s"
+
+
+def test_a_300_mib_reply_fails_its_request_with_flat_memory() -> None:
+    with serve(flood(b'{"choices": [', 300 * MiB)) as base, peak_rss_growth() as peak:
+        res = run_against(base, n=1, timeout=8.0)
+    assert res.error is not None and "AnswerTooLarge" in res.error
+    assert peak[0] < 24 * MiB, f"RSS grew by {peak[0] / MiB:.0f} MiB"
+
+
+@pytest.mark.parametrize("reply", [
+    b"[" * 100_000 + b"]" * 100_000,
+    b'{"choices": {"0": 1}}',
+    b'{"choices": [{"message": "hi"}]}',
+    b"\xff\xfe",
+])
+def test_a_malformed_reply_fails_its_request_not_the_run(reply: bytes) -> None:
+    def answer(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, content=reply)
+    res = run(httpx.MockTransport(answer), n=2)
+    assert res.error is not None and "line 1:" in res.error and "\n" not in res.error

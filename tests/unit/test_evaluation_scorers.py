@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -102,6 +103,14 @@ def test_parse_cases_reads_each_kind_and_takes_the_first_sample() -> None:
     ('{"prompt": "p", "scorer": "fuzzy"}', "line 2: \"scorer\" 'fuzzy' is not one of"),
     ('{"prompt": "p", "scorer": "contains"}', 'line 2: scorer contains needs "expected"'),
     ('{"prompt": "p", "scorer": "regex", "expected": "("}', "line 2: \"expected\" is not a valid"),
+    ('{"prompt": "p", "scorer": "regex", "expected": "(a)\\\\1"}',
+     'line 2: "expected" is not a valid RE2 regular expression: invalid escape sequence'),
+    ('{"prompt": "p", "scorer": "regex", "expected": "(?<=a)b"}',
+     'line 2: "expected" is not a valid RE2 regular expression: invalid perl operator'),
+    ('{"prompt": "p", "scorer": "json-valid", "x": ' + "[" * 50_000 + "]" * 50_000 + "}",
+     "line 2: not valid JSON (nested too deep)"),
+    ('{"prompt": "p", "scorer": "json-schema", "schema": ' + '{"items": ' * 500 + "{}"
+     + "}" * 501, "line 2: JSON nested deeper than 32 levels"),
     ('{"prompt": "p", "scorer": "json-schema"}', 'line 2: scorer json-schema needs "schema"'),
     ('{"prompt": "p", "scorer": "json-schema", "schema": {"pattern": "x"}}',
      "line 2: schema: unsupported keyword 'pattern'"),
@@ -118,3 +127,21 @@ def test_a_bad_line_is_an_error_naming_it(line: str, message: str) -> None:
 def test_no_cases_is_an_error() -> None:
     with pytest.raises(CasesError, match="no cases"):
         parse_cases("\n# only a comment\n")
+
+
+@pytest.mark.timeout(10)
+def test_a_catastrophic_regex_finishes_fast_on_a_long_reply() -> None:
+    # Python's backtracking re took 2.2 s for this pattern on 27 characters, x4 per two more;
+    # RE2 is linear in the reply.
+    case = parse_cases('{"prompt": "p", "scorer": "regex", "expected": "^(a+)+$"}')[0]
+    reply = "a" * 100_000 + "!"
+    start = time.monotonic()
+    assert score(case.scorer, reply, case.expected) is False
+    assert score(case.scorer, "a" * 100_000, case.expected) is True
+    assert time.monotonic() - start < 0.5
+
+
+def test_a_deeply_nested_reply_is_not_json_valid_rather_than_a_crash() -> None:
+    nested = "[" * 100_000 + "]" * 100_000
+    assert score("json-valid", nested) is False
+    assert score("json-schema", nested, schema={"type": "array"}) is False

@@ -8,6 +8,14 @@ SINGULAR = "inferencerollout"
 SHORT_NAMES = ("ir",)
 API_VERSION = f"{GROUP}/{VERSION}"
 
+#: Revisions are named ``<rollout>-<hash>`` (Deployment, Service, InferencePool): ten hex
+#: characters of the pod template's hash (core/revision.py).
+HASH_LENGTH = 10
+#: A Service name is a DNS label (63); Deployment pods append ``-<rs-hash>-<suffix>`` (17).
+MAX_ROLLOUT_NAME = 63 - HASH_LENGTH - 1 - 17
+#: A Service name must be a DNS-1035 label (a letter first), so the rollout's name must start one.
+DNS_1035_LABEL = "^[a-z]([-a-z0-9]*[a-z0-9])?$"
+
 #: Labels put on every object the operator creates, so PromQL and kubectl can select a revision.
 LABEL_ROLLOUT = f"{GROUP}/rollout"
 LABEL_REVISION = f"{GROUP}/revision"

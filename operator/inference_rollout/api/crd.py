@@ -35,9 +35,16 @@ from pydantic import BaseModel
 from pydantic.json_schema import GenerateJsonSchema, NoDefault
 from pydantic_core import core_schema
 
-from . import GROUP, KIND, PLURAL, SHORT_NAMES, SINGULAR, VERSION
-from .duration import DURATION_PATTERN
-from .spec import INCONCLUSIVE_NEEDS_LIMIT, InferenceRolloutSpec
+from . import DNS_1035_LABEL, GROUP, KIND, MAX_ROLLOUT_NAME, PLURAL, SHORT_NAMES, SINGULAR, VERSION
+from .duration import cel_rule
+from .spec import (
+    INCONCLUSIVE_NEEDS_LIMIT,
+    INT32_MAX,
+    MAX_ANALYSIS_INTERVAL,
+    MAX_EVALUATION_TIMEOUT,
+    MAX_PROMETHEUS_TIMEOUT,
+    InferenceRolloutSpec,
+)
 from .status import InferenceRolloutStatus
 
 JSON = dict[str, Any]
@@ -65,19 +72,42 @@ RulePath = tuple[str, ...]
 
 _METRIC = "'spec.analysis.metrics[name=' + self.name + ']: "
 
-# The analysis interval is a duration string; CEL's duration() is Go's time.ParseDuration, which
-# has no ``d`` unit.  Without a ``d`` the rule compares durations directly.  With one it uses two
-# Go-parseable rewrites, A (d -> h) = R + D*1h and B (d -> m) = R + D*1m, where R is the rest and
-# D the days; then 59 * (R + D*24h) = 1439*A - 1380*B, compared in milliseconds with 59 * 5000.
-_INTERVAL_AT_LEAST_5S = (
-    "!has(self.interval) || !self.interval.matches('" + DURATION_PATTERN.replace("\\", "\\\\")
-    + "') || (self.interval.contains('d') ? "
-    "1439 * duration(self.interval.replace('d', 'h')).getMilliseconds() "
-    "- 1380 * duration(self.interval.replace('d', 'm')).getMilliseconds() >= 295000 "
-    ": duration(self.interval) >= duration('5s'))"
-)
+# Durations are strings; api.duration.cel_rule compares them in CEL (also those with a ``d``).
+_INTERVAL_AT_LEAST_5S = "!has(self.interval) || " + cel_rule("self.interval", ">=", "5s")
+
+
+def _at_most(field: str, maximum: str) -> list[Rule]:
+    """The rule on a duration field's own node: at most ``maximum``."""
+    return [{"rule": cel_rule("self", "<=", maximum),
+             "message": f"{field}: must be at most {maximum}"}]
+
+
+# metadata.name becomes the prefix of Deployment and Service names (<name>-<hash>), which must be
+# DNS-1035 labels; the API server only checks that a custom resource's name is a DNS subdomain.
+# A schema on metadata may restrict only name and generateName: a pattern and a length, which the
+# API server ratchets (an object stored before keeps its name and gets Valid=False), where a CEL
+# rule at the root would fail every later status write of such an object.
+METADATA_SCHEMA: Final[JSON] = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "maxLength": MAX_ROLLOUT_NAME, "pattern": DNS_1035_LABEL},
+    },
+}
+
 
 VALIDATIONS: Final[dict[RulePath, list[Rule]]] = {
+    ("spec",): [
+        {
+            "rule": "!has(self.replicas) || !has(self.capacity) || !has(self.capacity.maxSurge) "
+            f"|| self.replicas + self.capacity.maxSurge <= {INT32_MAX}",
+            "message": f"spec.replicas: replicas + capacity.maxSurge must be at most {INT32_MAX} "
+            "(a Deployment's replica count is an int32)",
+        },
+    ],
+    ("spec", "analysis", "interval"): _at_most("spec.analysis.interval", MAX_ANALYSIS_INTERVAL),
+    ("spec", "analysis", "prometheus", "timeout"): _at_most(
+        "spec.analysis.prometheus.timeout", MAX_PROMETHEUS_TIMEOUT),
+    ("spec", "evaluation", "timeout"): _at_most("spec.evaluation.timeout", MAX_EVALUATION_TIMEOUT),
     ("spec", "capacity"): [
         {
             "rule": "!has(self.mode) || self.mode != 'swap' || !has(self.maxSurge) "
@@ -224,7 +254,7 @@ def model_schema(model: type[BaseModel]) -> JSON:
 
 _COPIED = (
     "type", "description", "enum", "minimum", "maximum", "minLength", "maxLength", "pattern",
-    "minItems", "maxItems", "required",
+    "minItems", "maxItems", "required", "x-kubernetes-validations",
 )
 _IGNORED = ("title", "additionalProperties", "properties", "items", "default", "$ref", "anyOf",
             "exclusiveMinimum", "exclusiveMaximum", "const", "$defs")
@@ -356,7 +386,7 @@ def open_api_schema() -> JSON:
         "properties": {
             "apiVersion": {"type": "string"},
             "kind": {"type": "string"},
-            "metadata": {"type": "object"},
+            "metadata": copy.deepcopy(METADATA_SCHEMA),
             "spec": spec,
             "status": status,
         },
@@ -364,7 +394,9 @@ def open_api_schema() -> JSON:
     for path, extension in EXTENSIONS.items():
         _node_at(root, path).update(copy.deepcopy(extension))
     for path, rules in VALIDATIONS.items():
-        _node_at(root, path)["x-kubernetes-validations"] = copy.deepcopy(rules)
+        node = _node_at(root, path)
+        node["x-kubernetes-validations"] = [*node.get("x-kubernetes-validations", []),
+                                            *copy.deepcopy(rules)]
     for path in [*EXTENSIONS, *VALIDATIONS]:
         parent = _node_at(root, path[:-1])
         key = "items" if path[-1] == "[]" else None

@@ -12,11 +12,12 @@ Field names are camelCase on the wire (Kubernetes convention) and snake_case in 
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema, model_validator
 from pydantic.alias_generators import to_camel
 
-from .duration import DURATION_PATTERN, parse_duration
+from .duration import DURATION_PATTERN, MAX_DURATION, MAX_LENGTH, cel_rule, parse_duration
 
 
 def _valid_duration(text: str) -> str:
@@ -24,18 +25,37 @@ def _valid_duration(text: str) -> str:
     return text
 
 
-DURATION_MAX_LENGTH = 64
+DURATION_MAX_LENGTH = MAX_LENGTH
 
 #: The JSON schema is given explicitly: pydantic cannot show a pattern that runs after a validator,
-#: and the CRD needs it (and a length bound, which keeps the CEL cost estimates small).
+#: and the CRD needs it (and a length bound, which keeps the CEL cost estimates small).  The CEL
+#: rule is the maximum (:data:`~.duration.MAX_DURATION`), which a pattern cannot express.
 Duration = Annotated[
     str,
     AfterValidator(_valid_duration),
     Field(pattern=DURATION_PATTERN, max_length=DURATION_MAX_LENGTH),
     WithJsonSchema(
-        {"type": "string", "pattern": DURATION_PATTERN, "maxLength": DURATION_MAX_LENGTH}
+        {"type": "string", "pattern": DURATION_PATTERN, "maxLength": DURATION_MAX_LENGTH,
+         "x-kubernetes-validations": [{"rule": cel_rule("self", "<=", MAX_DURATION),
+                                       "message": f"must be at most {MAX_DURATION}"}]}
     ),
 ]
+
+#: Per-field maximums of durations (also CEL rules in the CRD, see api/crd.py): each bounds how
+#: long one reconcile may wait on a server a tenant chose, or how rarely a release is watched.
+MAX_PROMETHEUS_TIMEOUT = "1m"
+MAX_EVALUATION_TIMEOUT = "5m"
+MAX_ANALYSIS_INTERVAL = "24h"
+MAX_SAMPLE_SIZE = 1000
+#: Kubernetes counts (replicas, ports) are int32; a larger value is stored and then every create
+#: of the Deployment fails.
+INT32_MAX = 2**31 - 1
+
+
+def at_most(field: str, text: str, maximum: str) -> None:
+    """Raise naming ``field`` when the duration ``text`` is longer than ``maximum``."""
+    if parse_duration(text) > parse_duration(maximum):
+        raise ValueError(f"{field}: {text} is longer than the maximum {maximum}")
 
 #: List bounds (also in the CRD, where they keep the CEL rules within the API server's cost budget).
 MAX_STEPS = 20
@@ -69,6 +89,20 @@ class PodTemplate(Model):
 
     metadata: dict[str, Any] = Field(default_factory=dict)
     spec: dict[str, Any]
+
+    @model_validator(mode="after")
+    def _ports_in_range(self) -> PodTemplate:
+        containers = self.spec.get("containers")
+        for i, c in enumerate(containers if isinstance(containers, list) else []):
+            ports = c.get("ports") if isinstance(c, dict) else None
+            for j, port in enumerate(ports if isinstance(ports, list) else []):
+                number = port.get("containerPort") if isinstance(port, dict) else None
+                if isinstance(number, int) and not isinstance(number, bool) \
+                        and not 1 <= number <= 65535:
+                    raise ValueError(
+                        f"spec.template.spec.containers[{i}].ports[{j}].containerPort: {number} "
+                        "is not a port number (1-65535)")
+        return self
 
     @model_validator(mode="after")
     def _has_serving_container(self) -> PodTemplate:
@@ -251,7 +285,7 @@ class CapacitySpec(Model):
     count at ``replicas + maxSurge`` and shrinks stable only once canary pods are Ready."""
 
     mode: Literal["surge", "swap"] = "surge"
-    max_surge: int = Field(1, ge=0)
+    max_surge: int = Field(1, ge=0, le=INT32_MAX)
 
     @model_validator(mode="after")
     def _swap_needs_room(self) -> CapacitySpec:
@@ -271,7 +305,7 @@ class Step(Model):
     weight: int = Field(ge=1, le=100)
     pause: Duration | None = None
     manual: bool = False
-    replicas: int | None = Field(None, ge=1)
+    replicas: int | None = Field(None, ge=1, le=INT32_MAX)
 
 
 def _default_steps() -> list[Step]:
@@ -321,8 +355,14 @@ class SecretKeyRef(Model):
     key: str = Field(min_length=1)
 
 
+#: A Prometheus base URL: http(s), then only the characters a URL may hold unescaped (RFC 3986),
+#: without a query or fragment (the operator appends /api/v1/query).  No whitespace or control
+#: character: an address ending in a newline crashed every reconcile in the HTTP client.
+PROMETHEUS_ADDRESS_PATTERN = r"^https?://[A-Za-z0-9._~:/@!$&'()*+,;=%\[\]-]+$"
+
+
 class PrometheusSpec(Model):
-    address: str = Field(pattern=r"^https?://")
+    address: str = Field(pattern=PROMETHEUS_ADDRESS_PATTERN, max_length=2048)
     timeout: Duration = "5s"
     scrape_interval: Duration = Field(
         "30s", description="How often Prometheus scrapes the pods; rate windows span ≥ 4 scrapes."
@@ -330,6 +370,21 @@ class PrometheusSpec(Model):
     bearer_token_secret_ref: SecretKeyRef | None = Field(
         None, description="A Secret key holding a bearer token for Prometheus."
     )
+
+    @model_validator(mode="after")
+    def _clean_address_and_timeout(self) -> PrometheusSpec:
+        where = "spec.analysis.prometheus.address"
+        try:
+            url = urlsplit(self.address)
+            url.port  # noqa: B018 - raises ValueError for a port that is not a number in range
+        except ValueError as e:
+            raise ValueError(f"{where}: {self.address!r} is not a URL: {e}") from None
+        if not url.hostname:
+            raise ValueError(f"{where}: {self.address!r} names no host")
+        if url.username is not None or url.password is not None:
+            raise ValueError(f"{where}: no credentials in the address; use bearerTokenSecretRef")
+        at_most("spec.analysis.prometheus.timeout", self.timeout, MAX_PROMETHEUS_TIMEOUT)
+        return self
 
 
 class SloSpec(Model):
@@ -419,6 +474,7 @@ class AnalysisSpec(Model):
     def _rules(self) -> AnalysisSpec:
         if parse_duration(self.interval) < 5:
             raise ValueError("spec.analysis.interval: must be at least 5s")
+        at_most("spec.analysis.interval", self.interval, MAX_ANALYSIS_INTERVAL)
         names = [m.name for m in self.metrics]
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
@@ -445,10 +501,15 @@ class EvaluationSpec(Model):
     """Run a business evaluation set against canary and stable before the first traffic shift."""
 
     config_map_ref: ConfigMapKeyRef
-    sample_size: int = Field(50, ge=1)
+    sample_size: int = Field(50, ge=1, le=MAX_SAMPLE_SIZE)
     concurrency: int = Field(4, ge=1, le=64)
     timeout: Duration = "30s"
     max_drop_points: float = Field(1.0, ge=0, le=100)
+
+    @model_validator(mode="after")
+    def _bounded_timeout(self) -> EvaluationSpec:
+        at_most("spec.evaluation.timeout", self.timeout, MAX_EVALUATION_TIMEOUT)
+        return self
 
 
 # --- the whole spec -------------------------------------------------------------------------------
@@ -456,7 +517,7 @@ class EvaluationSpec(Model):
 
 class InferenceRolloutSpec(Model):
     profile: Literal["latency", "throughput"] = "latency"
-    replicas: int = Field(1, ge=1)
+    replicas: int = Field(1, ge=1, le=INT32_MAX)
     template: PodTemplate
     model: ModelSpec | None = None
     traffic: TrafficSpec
@@ -464,6 +525,14 @@ class InferenceRolloutSpec(Model):
     strategy: StrategySpec = Field(default_factory=StrategySpec)
     analysis: AnalysisSpec = Field(default_factory=AnalysisSpec)
     evaluation: EvaluationSpec | None = None
+
+    @model_validator(mode="after")
+    def _pod_counts_fit_int32(self) -> InferenceRolloutSpec:
+        if self.replicas + self.capacity.max_surge > INT32_MAX:
+            raise ValueError(
+                f"spec.replicas: replicas + capacity.maxSurge must be at most {INT32_MAX} "
+                "(a Deployment's replica count is an int32)")
+        return self
 
     @classmethod
     def parse(cls, body: dict[str, Any]) -> InferenceRolloutSpec:

@@ -11,9 +11,9 @@ import hashlib
 import json
 from typing import Any
 
-HASH_LENGTH = 10
-#: A Service name is a DNS label (63); Deployment pods append ``-<rs-hash>-<suffix>`` (17).
-MAX_ROLLOUT_NAME = 63 - HASH_LENGTH - 1 - 17
+from ..api import HASH_LENGTH, MAX_ROLLOUT_NAME
+
+__all__ = ["HASH_LENGTH", "MAX_ROLLOUT_NAME", "revision_name", "template_hash"]
 
 
 def template_hash(template: dict[str, Any]) -> str:

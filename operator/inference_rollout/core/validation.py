@@ -6,10 +6,12 @@ never receives traffic, and fixing the manifest resumes it.
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 
 from pydantic import ValidationError
 
+from ..api import DNS_1035_LABEL
 from ..api import reasons as r
 from ..api.spec import InferenceRolloutSpec
 from ..api.status import InferenceRolloutStatus
@@ -26,6 +28,13 @@ def problems(spec: InferenceRolloutSpec, name: str) -> list[str]:
         out.append(
             f"metadata.name: {len(name)} characters is too long; revision objects are named "
             f"<name>-<hash> and their pods must fit a DNS label: use at most {MAX_ROLLOUT_NAME}"
+        )
+    if not re.match(DNS_1035_LABEL, name):
+        # The CRD rejects such a name since it has this rule; an object stored before stays here.
+        out.append(
+            f"metadata.name: {name!r} is not a DNS-1035 label (lower-case letters, digits and "
+            "'-', starting with a letter); the revisions' Deployments and Services are named "
+            "<name>-<hash>: recreate the rollout under such a name"
         )
     del spec  # reserved for checks that need the spec; lints come from inference_rollout.budget
     return out

@@ -9,14 +9,16 @@ lines and lines starting with ``#`` are skipped.  A bad line is an error naming 
 
 from __future__ import annotations
 
-import json
-import re
 from dataclasses import dataclass
 from typing import Any
 
-from .scorers import SCORERS, schema_problems
+from ..bounded_http import MalformedJSON, loads
+from .scorers import SCORERS, compile_regex, schema_problems
 
 DEFAULT_MAX_TOKENS = 256
+#: How deep a case line may nest: a schema is checked by recursive code (and real schemas and
+#: chat messages are a few levels deep).
+MAX_CASE_DEPTH = 32
 _KEYS = frozenset({"prompt", "messages", "expected", "scorer", "schema", "maxTokens", "id"})
 
 
@@ -65,9 +67,9 @@ def _case(line: int, doc: Any) -> Case:
             raise bad(f'scorer {scorer} needs "expected" (a string)')
         if scorer == "regex":
             try:
-                re.compile(expected)
-            except re.error as e:
-                raise bad(f'"expected" is not a valid regular expression: {e}') from None
+                compile_regex(expected)
+            except ValueError as e:
+                raise bad(f'"expected" is not a valid RE2 regular expression: {e}') from None
     schema = doc.get("schema")
     if scorer == "json-schema":
         if schema is None:
@@ -91,9 +93,9 @@ def parse_cases(text: str, sample_size: int | None = None) -> list[Case]:
         if not line or line.startswith("#"):
             continue
         try:
-            doc = json.loads(line)
-        except ValueError as e:
-            raise CasesError(f"line {number}: not valid JSON ({e})") from None
+            doc = loads(line.encode(), max_depth=MAX_CASE_DEPTH)
+        except MalformedJSON as e:
+            raise CasesError(f"line {number}: {e}") from None
         cases.append(_case(number, doc))
     if not cases:
         raise CasesError("no cases (one JSON object per line)")

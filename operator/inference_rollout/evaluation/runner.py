@@ -2,12 +2,14 @@
 
 Each case is sent as an OpenAI chat completion (``POST /v1/chat/completions``, ``temperature``
 0, not streamed) to both Services, at most ``concurrency`` requests in flight per Service, each
-with ``timeout``.  A case passes when its reply passes its scorer; a request that fails (refused,
-timed out, a non-2xx answer) fails its case, as a reply the user never got.  A connection that
-breaks before an answer (refused, reset, closed by a proxy reloading its config) is retried once
-on a new connection: the request is read-only, and a dropped keep-alive connection says nothing
-about the model.  When more than half
-of one Service's requests fail, the run is an error instead (the Service is unreachable: that
+with ``timeout`` over the whole request (connecting, sending and reading the reply: a Service that
+trickles bytes fails at the timeout), and a reply is read up to ``MAX_REPLY_BYTES`` (a chat
+completion of a few hundred tokens is a few KiB).  A case passes when its reply passes its scorer;
+a request that fails (refused, timed out, a non-2xx answer, a reply too large or not JSON) fails
+its case, as a reply the user never got.  A connection that breaks before an answer (refused,
+reset, closed by a proxy reloading its config) is retried once on a new connection: the request
+is read-only, and a dropped keep-alive connection says nothing about the model.  When more than
+half of one Service's requests fail, the run is an error instead (the Service is unreachable: that
 says nothing about the model), which the gate retries and never passes.
 
 Scores are points: 100 × passed / cases.
@@ -23,10 +25,12 @@ from typing import Any
 import httpx
 
 from ..api.spec import PodTemplate
+from ..bounded_http import AnswerTooLarge, MiB, loads, read_capped, sanitize
 from .cases import Case
 from .scorers import score
 
 CHAT_PATH = "/v1/chat/completions"
+MAX_REPLY_BYTES = 1 * MiB
 
 
 @dataclass(frozen=True)
@@ -75,6 +79,14 @@ def reply_text(doc: Any) -> str:
     return content if isinstance(content, str) else ""
 
 
+async def _post(client: httpx.AsyncClient, url: str, body: dict[str, Any],
+                timeout: float) -> tuple[int, bytes]:
+    """One chat completion: the HTTP status and the body, within ``timeout`` in all."""
+    async with asyncio.timeout(timeout), client.stream("POST", url, json=body,
+                                                       timeout=timeout) as resp:
+        return resp.status_code, await read_capped(resp, MAX_REPLY_BYTES)
+
+
 @dataclass(frozen=True)
 class _SideResult:
     passed: int
@@ -93,17 +105,21 @@ async def _run_side(client: httpx.AsyncClient, url: str, model: str, cases: Sequ
         async with limit:
             try:
                 try:
-                    resp = await client.post(url, json=body, timeout=timeout)
+                    status, data = await _post(client, url, body, timeout)
                 except httpx.TimeoutException:
                     raise
                 except httpx.TransportError:
-                    resp = await client.post(url, json=body, timeout=timeout)
-                if resp.status_code // 100 != 2:
-                    problems.append(f"line {case.line}: HTTP {resp.status_code}")
+                    status, data = await _post(client, url, body, timeout)
+                if status // 100 != 2:
+                    problems.append(f"line {case.line}: HTTP {status}")
                     return False, True
-                text = reply_text(resp.json())
-            except (httpx.HTTPError, ValueError) as e:
-                problems.append(f"line {case.line}: {type(e).__name__}: {e}".rstrip(": "))
+                text = reply_text(loads(data))
+            except TimeoutError:
+                problems.append(f"line {case.line}: no reply within {timeout:g}s")
+                return False, True
+            except (httpx.HTTPError, httpx.InvalidURL, ValueError, AnswerTooLarge) as e:
+                problems.append(f"line {case.line}: {type(e).__name__}: {sanitize(e)}"
+                                .rstrip(": "))
                 return False, True
         return score(case.scorer, text, case.expected, case.schema), False
 
