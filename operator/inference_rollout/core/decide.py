@@ -543,8 +543,11 @@ def _guard_capacity(run: _Run, step: Step, ready: int) -> None:
     st.canary_weight = carried
     st.step_entered_at = to_iso(run.now)
     st.step_started_at = None
+    # The step starts again, and so does its evidence: verdicts about the traffic before are
+    # not measured again at 0% (a tolerated Fail among them would hold the weight for ever).
+    st.analysis, st.last_analysis_at = {}, None
     if st.paused_reason in (r.MANUAL_STEP, r.INCONCLUSIVE_LIMIT):
-        # Those waits were about the step at its full weight; the step starts again.
+        # Those waits were about the step at its full weight.
         st.paused_reason = None
 
 
