@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# The README's test command (`make test`) runs this: static checks, the unit tier, then the
-# integration, sandbox, end-to-end and image tiers on a local cluster built from real parts.  It installs what it
-# needs (Python venv, Debian packages, the Go-built binaries cached outside the repo), starts the
-# sandbox if it is not running, and stops it again afterwards if it started it.
+# The README's test command (`make test`) runs this: static checks, the unit tier, the operator
+# image's build, then the integration, sandbox, end-to-end and image tiers on a local cluster built
+# from real parts.  It installs what it needs (Python venv, Debian packages, the Go-built binaries
+# and the image's base cached outside the repo), starts the sandbox if it is not running, and stops
+# it again afterwards if it started it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export GOTOOLCHAIN=local
