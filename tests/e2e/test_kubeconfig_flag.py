@@ -7,7 +7,6 @@ stopped with "Ran out of valid credentials"."""
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,7 +14,7 @@ import pytest
 
 from irsandbox.harness import Cluster, OperatorProcess
 
-from .scenario import Release, rollout
+from .scenario import Release, fresh_namespace, rollout
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
@@ -23,10 +22,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 @pytest.fixture()
 def own_namespace(cluster: Cluster) -> Iterator[str]:
     """Not ``e2e-*``: the package's operator process must not drive this rollout too."""
-    ns = f"kubeconfig-flag-{uuid.uuid4().hex[:6]}"
-    cluster.create_namespace(ns)
-    yield ns
-    cluster.delete_namespace(ns)
+    yield from fresh_namespace(cluster, "kubeconfig-flag")
 
 
 def test_kubeconfig_flag_alone_authenticates_kopf_and_the_operator(

@@ -32,7 +32,7 @@ from urllib.parse import urlparse
 import pytest
 import yaml
 from kubernetes import client
-from tests.e2e.scenario import BackgroundLoad, Release, rollout, with_template
+from tests.e2e.scenario import Release, rollout, with_template
 from tests.image.podman_pod import PodmanRun, podman_run
 
 from irsandbox.harness import ROOT, SANDBOX, Cluster, sandbox_env, wait_for
@@ -250,9 +250,7 @@ def test_a_release_is_promoted_and_one_rolled_back(cluster: Cluster, install: In
                                                    operator: PodmanOperator) -> None:
     rel = Release(cluster, operator, install.watched,  # type: ignore[arg-type]
                   rollout("img", prometheus=cluster.env["PROMETHEUS_URL"]))
-    rel.apply()
-    v1 = rel.wait_healthy()["stableRevision"]
-    load = BackgroundLoad(cluster.env, rel.host)
+    v1, load = rel.healthy_under_load()
     try:
         # promoted: v2 through every step to 100%
         rel.apply(with_template(rel.manifest, version="v2"))
