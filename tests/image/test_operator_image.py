@@ -165,6 +165,11 @@ class PodmanOperator:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=timeout) as r:
             return r.status, r.read().decode()
 
+    def metrics_with(self, line: str) -> str | None:
+        """The /metrics page if it has ``line``, else None (for wait_for)."""
+        text = self.get(self.spec.ports["metrics"], "/metrics")[1]
+        return text if line in text else None
+
     def live(self) -> bool:
         state = podman("inspect", "--format", "{{.State.Status}}", self.name).stdout.strip()
         if state not in ("running", "created", "configured"):
@@ -267,16 +272,18 @@ def test_a_release_is_promoted_and_one_rolled_back(cluster: Cluster, install: In
         assert st.get("abortReason") == "AnalysisFailed", st
         assert st["analysis"]["errors"]["verdict"] == "Fail"
         assert st["stableRevision"] == v2 and st["canaryWeight"] == 0
-        assert rel.route() == {v2: 100, st["canaryRevision"]: 0}
+        # the rollback is written to status before the route is (so no crash can undo it)
+        back = {v2: 100, st["canaryRevision"]: 0}
+        wait_for(lambda: rel.route() == back, 15, f"the route back on {v2}: {back}")
         reasons = [e.split(":")[0] for e in rel.events()]
         assert "Promoted" in reasons  # Events are kopf's client: it authenticated in-cluster
     finally:
         load.stop()
-    # the release's series, from the chart's metrics port
-    metrics = operator.get(operator.spec.ports["metrics"], "/metrics")[1]
-    series = f'namespace="{install.watched}"'
-    assert f'inference_rollout_info{{name="img",{series},phase="Degraded"}} 1' in metrics, metrics
-    assert re.search(rf'inference_rollout_rollbacks_total{{name="img",{series},reason="\w+"}} 1',
+    # the release's series, from the chart's metrics port (exported after the reconcile's writes)
+    series = f'name="img",namespace="{install.watched}"'
+    degraded = f'inference_rollout_info{{{series},phase="Degraded"}} 1'
+    metrics = wait_for(lambda: operator.metrics_with(degraded), 15, degraded)
+    assert re.search(rf'inference_rollout_rollbacks_total{{{series},reason="\w+"}} 1',
                      metrics), metrics
     refused = [line for line in operator.logs().splitlines() if REFUSED.search(line)]
     assert not refused, "\n".join(refused[:20])
