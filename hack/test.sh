@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# The README's test command (`make test`) runs this: static checks, the unit tier, then the
-# integration and sandbox tiers on a local cluster built from real parts.  It installs what it
-# needs (Python venv, Debian packages, the Go-built binaries cached outside the repo), starts the
-# sandbox if it is not running, and stops it again afterwards if it started it.
+# The README's test command (`make test`) runs this: static checks, the unit tier, the operator
+# image's build, then the integration, sandbox, end-to-end and image tiers on a local cluster built
+# from real parts.  It installs what it needs (Python venv, Debian packages, the Go-built binaries
+# and the image's base cached outside the repo), starts the sandbox if it is not running, and stops
+# it again afterwards if it started it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export GOTOOLCHAIN=local
@@ -24,6 +25,11 @@ step "static checks: ruff, mypy (strict on core/api/budget), layering contracts"
 step "unit tests"
 $PY -m pytest tests/unit -q -p no:cacheprovider
 
+step "operator image: build from the Dockerfile with buildah (cached base; at most 15 min)"
+# No Docker needed: Debian's buildah, a base from Debian packages (docs/install.md). tests/image
+# runs the image on the sandbox below.
+timeout 900 bash hack/build-image.sh
+
 step "sandbox: build (cached) and start"
 started_here=1
 if [ -f .sandbox/env ] && (source .sandbox/env && kubectl get --raw /readyz >/dev/null 2>&1); then
@@ -34,6 +40,6 @@ bash sandbox/up.sh   # idempotent: starts only what is not running
 cleanup() { if [ "$started_here" = 1 ] && [ -z "${KEEP_SANDBOX:-}" ]; then bash sandbox/down.sh || true; fi; }
 trap cleanup EXIT
 
-step "integration, sandbox and end-to-end tests"
+step "integration, sandbox, end-to-end and image tests"
 $PY -m pytest tests -q -p no:cacheprovider --ignore=tests/unit "$@"
 step "done"

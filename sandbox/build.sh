@@ -4,7 +4,7 @@
 #   $IR_CACHE/crds/<name>-<version>/     Gateway API standard CRDs, InferencePool CRD
 #   $IR_CACHE/src/<name>-<version>/      generated wrapper Go modules (not the repo)
 # Idempotent: whatever is already in the cache is skipped. Versions: sandbox/versions.env.
-# Usage: sandbox/build.sh [step...]   steps: apt crds kwok sim helm etcd kubernetes (default: all)
+# Usage: sandbox/build.sh [step...]   steps: apt crds kwok sim helm helm3 etcd kubernetes (default: all)
 set -euo pipefail
 
 # shellcheck source=sandbox/lib.sh
@@ -27,30 +27,7 @@ go_info() {
 
 # --- Debian packages: prometheus, nginx -------------------------------------------------------
 step_apt() {
-  local missing=()
-  command -v prometheus >/dev/null || missing+=(prometheus)
-  command -v nginx >/dev/null || missing+=(nginx-light)
-  if ((${#missing[@]} == 0)); then
-    log apt "prometheus and nginx present"
-    return
-  fi
-  [[ "$(id -u)" == 0 ]] || die "need root to apt-get install ${missing[*]} (or install them yourself)"
-  log apt "installing ${missing[*]}"
-  # No daemon may start from the package scripts: the sandbox runs its own on loopback ports.
-  local policy=/usr/sbin/policy-rc.d created_policy=0
-  if [[ ! -e "${policy}" ]]; then
-    printf '#!/bin/sh\nexit 101\n' >"${policy}"
-    chmod +x "${policy}"
-    created_policy=1
-  fi
-  local rc=0
-  {
-    DEBIAN_FRONTEND=noninteractive apt-get update -qq &&
-      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
-  } >"${IR_CACHE}/apt.log" 2>&1 || rc=$?
-  ((created_policy)) && rm -f "${policy}"
-  ((rc == 0)) || die "apt-get failed, see ${IR_CACHE}/apt.log"
-  log apt "installed ${missing[*]} (log: ${IR_CACHE}/apt.log)"
+  apt_install_missing prometheus:prometheus nginx:nginx-light
 }
 
 # --- CRDs from module zips ----------------------------------------------------------------------
@@ -140,6 +117,24 @@ step_helm() {
     "-X helm.sh/helm/v4/internal/version.version=${HELM_VERSION} -X helm.sh/helm/v4/internal/version.gitTreeState=clean"
 }
 
+# Helm 3 (the libraries Argo CD and Flux render charts with), built with its release Makefile's
+# ldflags: the Kubernetes version `helm template` and `helm lint` assume without --kube-version
+# comes from the client-go it was built with (v0.37 -> 1.37). Without them it is v1.20.0, and
+# the chart's kubeVersion (>=1.29) refuses to render: that was the build, not the chart.
+step_helm3() {
+  local gomod client_go major minor ld
+  gomod="$(go_info helm.sh/helm/v3 "${HELM3_VERSION}" | jq -r .GoMod)"
+  client_go="$(sed -nE 's#^[[:space:]]*k8s\.io/client-go[[:space:]]+(v[0-9.]+).*#\1#p' "${gomod}" | head -1)"
+  [[ "${client_go}" =~ ^v0\.([0-9]+)\. ]] || die "no k8s.io/client-go version in ${gomod}"
+  major=1 minor="${BASH_REMATCH[1]}"
+  ld="-X helm.sh/helm/v3/internal/version.version=${HELM3_VERSION}"
+  ld+=" -X helm.sh/helm/v3/internal/version.gitTreeState=clean"
+  for pkg in helm.sh/helm/v3/pkg/lint/rules helm.sh/helm/v3/pkg/chartutil; do
+    ld+=" -X ${pkg}.k8sVersionMajor=${major} -X ${pkg}.k8sVersionMinor=${minor}"
+  done
+  wrapper_build helm3 helm.sh/helm/v3 "${HELM3_VERSION}" helm.sh/helm/v3/cmd/helm "${ld}"
+}
+
 # etcd: the server's main package is the root of go.etcd.io/etcd/server/v3 (3.6).
 step_etcd() {
   local hash
@@ -218,11 +213,11 @@ main() {
   command -v go >/dev/null || die "go is not installed (need Go >= 1.26)"
   command -v jq >/dev/null || die "jq is not installed (apt-get install -y jq)"
   local steps=("$@")
-  ((${#steps[@]})) || steps=(apt crds kwok sim helm etcd kubernetes)
+  ((${#steps[@]})) || steps=(apt crds kwok sim helm helm3 etcd kubernetes)
   log build "cache ${IR_CACHE}; $(go version)"
   local s lock
   for s in "${steps[@]}"; do
-    declare -F "step_${s}" >/dev/null || die "unknown step ${s} (steps: apt crds kwok sim helm etcd kubernetes)"
+    declare -F "step_${s}" >/dev/null || die "unknown step ${s} (steps: apt crds kwok sim helm helm3 etcd kubernetes)"
     # One lock per step: two concurrent build.sh runs never build the same thing twice.
     lock="${IR_CACHE}/.build-${s}.lock"
     exec 9>"${lock}"

@@ -160,3 +160,34 @@ lock_state() {
     flock -w 600 8 || die "timed out waiting for ${IR_STATE}/.lock"
   fi
 }
+
+# apt_install_missing COMMAND:PACKAGE...: apt-get install (as root) the packages whose command is
+# not on PATH; the log goes to $IR_CACHE/apt.log. No daemon may start from the package scripts:
+# the sandbox runs its own on loopback ports, and the image tools need none.
+apt_install_missing() {
+  local missing=() pair
+  for pair in "$@"; do
+    command -v "${pair%%:*}" >/dev/null || missing+=("${pair#*:}")
+  done
+  if ((${#missing[@]} == 0)); then
+    log apt "present: ${*%%:*}"
+    return
+  fi
+  [[ "$(id -u)" == 0 ]] || die "need root to apt-get install ${missing[*]} (or install them yourself)"
+  log apt "installing ${missing[*]}"
+  local policy=/usr/sbin/policy-rc.d created_policy=0
+  if [[ ! -e "${policy}" ]]; then
+    printf '#!/bin/sh\nexit 101\n' >"${policy}"
+    chmod +x "${policy}"
+    created_policy=1
+  fi
+  local rc=0
+  mkdir -p "${IR_CACHE}"
+  {
+    DEBIAN_FRONTEND=noninteractive apt-get update -qq &&
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  } >>"${IR_CACHE}/apt.log" 2>&1 || rc=$?
+  ((created_policy)) && rm -f "${policy}"
+  ((rc == 0)) || die "apt-get failed, see ${IR_CACHE}/apt.log"
+  log apt "installed ${missing[*]} (log: ${IR_CACHE}/apt.log)"
+}

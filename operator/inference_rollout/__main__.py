@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import sys
 
 
@@ -27,7 +26,8 @@ def _parser() -> argparse.ArgumentParser:
     op.add_argument("--log-format", choices=("plain", "json"), default="plain")
     op.add_argument("--liveness-port", type=int, default=8080)
     op.add_argument("--metrics-port", type=int, default=8081)
-    op.add_argument("--kubeconfig", default=None, help="default: $KUBECONFIG or in-cluster")
+    op.add_argument("--kubeconfig", default=None,
+                    help="default: $KUBECONFIG, ~/.kube/config, else in-cluster")
     op.add_argument("--verbose", "-v", action="store_true")
     op.add_argument("--service-proxy", default=None, metavar="URL",
                     help="send the business evaluation's requests to revision Services through "
@@ -49,8 +49,14 @@ def run_operator(args: argparse.Namespace) -> int:
 
     from . import handlers
 
-    if args.kubeconfig:
-        os.environ["KUBECONFIG"] = args.kubeconfig
+    if args.kubeconfig:  # refused here, not in a traceback from kopf's login or startup
+        from kubernetes.config import ConfigException
+
+        from .kube import load_configuration
+        try:
+            load_configuration(args.kubeconfig)
+        except (ConfigException, OSError, ValueError) as e:
+            sys.exit(f"inference-rollout operator: --kubeconfig: {e}")
     handlers.Runtime.kubeconfig = args.kubeconfig
     handlers.Runtime.metrics_port = args.metrics_port
     handlers.Runtime.service_proxy = args.service_proxy

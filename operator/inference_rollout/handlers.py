@@ -21,6 +21,7 @@ from typing import Any, ClassVar, cast
 
 import kopf
 from aiohttp import web
+from kubernetes.client import Configuration
 
 from . import deletion_watchdog, opmetrics
 from .api import GROUP, PLURAL, VERSION
@@ -86,6 +87,31 @@ def configure(settings: kopf.OperatorSettings) -> None:
     settings.posting.level = logging.INFO
     settings.watching.server_timeout = 300
     settings.networking.request_timeout = 30
+
+
+@kopf.on.login()
+def login(settings: kopf.OperatorSettings, **kwargs: Any) -> kopf.ConnectionInfo | None:
+    """kopf's own client (watches, finalizers, Events) logs in like the operator's client: with
+    ``--kubeconfig`` when given, which kopf's default logins never read (they know only
+    ``$KUBECONFIG``, ``~/.kube/config`` and the pod's ServiceAccount); else kopf's default for
+    the ``kubernetes`` package this operator depends on."""
+    if Runtime.kubeconfig is None:
+        return kopf.login_via_client(settings=settings, **kwargs)
+    return _connection_info(load_configuration(Runtime.kubeconfig), settings)
+
+
+def _connection_info(cfg: Configuration, settings: kopf.OperatorSettings) -> kopf.ConnectionInfo:
+    """A ``kubernetes`` Configuration as kopf's credentials (as ``kopf.login_via_client`` maps
+    the package's default Configuration)."""
+    header = (cfg.get_api_key_with_prefix("BearerToken")
+              or cfg.get_api_key_with_prefix("authorization"))
+    scheme, _, token = str(header or "").rpartition(" ")
+    return kopf.ConnectionInfo(
+        server=cfg.host, ca_path=cfg.ssl_ca_cert, insecure=not cfg.verify_ssl,
+        username=cfg.username or None, password=cfg.password or None,
+        scheme=scheme or None, token=token or None,
+        certificate_path=cfg.cert_file, private_key_path=cfg.key_file,
+        trust_env=settings.networking.trust_env)
 
 
 @kopf.on.startup()

@@ -10,6 +10,7 @@ service account into a ``Configuration``, which this client turns into one poole
 from __future__ import annotations
 
 import json
+import os
 import ssl
 from pathlib import Path
 from typing import Any
@@ -41,10 +42,24 @@ class KubeError(Exception):
 
 
 def load_configuration(kubeconfig: str | None = None) -> k8s_client.Configuration:
+    """The API server's address and credentials, read now (not at import: ``--kubeconfig`` and
+    ``$KUBECONFIG`` may be set after the ``kubernetes`` package was imported).
+
+    With ``kubeconfig`` (``--kubeconfig``): that file, and no fallback, so a wrong path is an
+    error rather than a silent switch to another cluster.  Without it: ``$KUBECONFIG`` or
+    ``~/.kube/config``, else the pod's ServiceAccount (in-cluster).
+    """
     cfg = k8s_client.Configuration()
-    try:
+    if kubeconfig:
+        if not Path(kubeconfig).expanduser().is_file():
+            raise k8s_config.ConfigException(f"kubeconfig {kubeconfig}: no such file")
         k8s_config.load_kube_config(  # type: ignore[no-untyped-call]
             config_file=kubeconfig, client_configuration=cfg)
+        return cfg
+    try:
+        k8s_config.load_kube_config(  # type: ignore[no-untyped-call]
+            config_file=os.environ.get("KUBECONFIG") or "~/.kube/config",
+            client_configuration=cfg)
     except (k8s_config.ConfigException, FileNotFoundError, TypeError):
         k8s_config.load_incluster_config(  # type: ignore[no-untyped-call]
             client_configuration=cfg)

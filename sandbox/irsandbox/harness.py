@@ -180,8 +180,12 @@ class OperatorProcess:
 
     def __init__(self, env: dict[str, str], log_name: str = "operator",
                  namespaces: list[str] | None = None, metrics_port: int = 18481,
-                 liveness_port: int = 18480) -> None:
+                 liveness_port: int = 18480, extra_args: tuple[str, ...] = (),
+                 unset_env: tuple[str, ...] = ()) -> None:
+        """``extra_args`` are appended to the command line; ``unset_env`` names variables the
+        process must not inherit (e.g. ``KUBECONFIG``, to prove ``--kubeconfig`` alone works)."""
         self.env, self.namespaces = env, namespaces
+        self.extra_args, self.unset_env = extra_args, unset_env
         self.metrics_port, self.liveness_port = metrics_port, liveness_port
         self.log_path = SANDBOX / "logs" / f"{log_name}.log"
         self.proc: subprocess.Popen[bytes] | None = None
@@ -196,8 +200,11 @@ class OperatorProcess:
         if self.env.get("GATEWAY_URL"):
             # no cluster DNS here: the gateway forwards <svc>.<ns>.svc to the Service's pods
             cmd += ["--service-proxy", self.env["GATEWAY_URL"]]
+        cmd += self.extra_args
         env = {**os.environ, **self.env,
                "PYTHONPATH": f"{ROOT / 'operator'}:{os.environ.get('PYTHONPATH', '')}"}
+        for name in self.unset_env:
+            env.pop(name, None)
         log = self.log_path.open("ab")
         self.proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
                                      cwd=ROOT)

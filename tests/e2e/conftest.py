@@ -5,12 +5,13 @@ Given/When/Then helpers live in :mod:`tests.e2e.scenario`; each test gets a fres
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 
 import pytest
 
 from irsandbox.harness import Cluster, OperatorProcess, sandbox_env
+
+from .scenario import fresh_namespace
 
 
 @pytest.fixture(scope="session")
@@ -32,7 +33,4 @@ def operator_process(cluster: Cluster) -> Iterator[OperatorProcess]:
 
 @pytest.fixture()
 def namespace(cluster: Cluster) -> Iterator[str]:
-    ns = f"e2e-{uuid.uuid4().hex[:6]}"
-    cluster.create_namespace(ns)
-    yield ns
-    cluster.delete_namespace(ns)
+    yield from fresh_namespace(cluster, "e2e")

@@ -7,6 +7,8 @@ import copy
 import os
 import subprocess
 import sys
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -159,6 +161,13 @@ class Release:
                          and (revision is None or s.get("stableRevision") == revision),
                          timeout, f"Healthy{' on ' + revision if revision else ''}")
 
+    def healthy_under_load(self) -> tuple[str, BackgroundLoad]:
+        """Given: the rollout applied and Healthy, with steady load through the gateway (stop
+        it when done); its stable revision."""
+        self.apply()
+        stable = str(self.wait_healthy()["stableRevision"])
+        return stable, BackgroundLoad(self.cluster.env, self.host)
+
     def wait_canary(self, timeout: float = 60) -> str:
         st = self.wait(lambda s: bool(s.get("canaryRevision")), timeout, "a canary revision")
         return str(st["canaryRevision"])
@@ -171,6 +180,14 @@ class Release:
 
     def events(self) -> list[str]:
         return [f"{e['reason']}: {e['message']}" for e in self.cluster.events(self.ns, self.name)]
+
+
+def fresh_namespace(cluster: Cluster, prefix: str) -> Iterator[str]:
+    """A new namespace ``<prefix>-<random>``, deleted afterwards (a fixture's body)."""
+    ns = f"{prefix}-{uuid.uuid4().hex[:6]}"
+    cluster.create_namespace(ns)
+    yield ns
+    cluster.delete_namespace(ns)
 
 
 def path_exists(p: Path) -> bool:

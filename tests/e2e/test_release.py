@@ -24,9 +24,7 @@ def test_release_promoted_through_every_step(cluster: Cluster, operator_process:
     rel = Release(cluster, operator_process, namespace,
                   rollout("chat", prometheus=cluster.env["PROMETHEUS_URL"],
                           analysis={"slo": {"ttftP99": "200ms"}}))
-    rel.apply()
-    v1 = rel.wait_healthy()["stableRevision"]
-    load = BackgroundLoad(cluster.env, rel.host)
+    v1, load = rel.healthy_under_load()
     try:
         # When the template changes to v2
         rel.apply(with_template(rel.manifest, version="v2"))

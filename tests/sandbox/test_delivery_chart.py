@@ -1,20 +1,27 @@
 """The Helm chart rendered by the real helm binary: RBAC per mode, least privilege, the operator
 Deployment's settings, the values schema.
 
-Needs only the helm binary that sandbox/build.sh builds into the cache (no cluster). It lives in
-the sandbox tier because that tier runs after the build; a missing helm is a failure, not a skip.
-tests/sandbox/test_delivery_rbac.py proves the same rules against a real API server.
+Every test runs under Helm 4 and Helm 3 (the libraries Argo CD and Flux render charts with), the
+binaries sandbox/build.sh builds into the cache. The rendering tests need no cluster; the last
+ones install the chart on the sandbox's API server (``--dry-run=server``, then an install and an
+upgrade). It lives in the sandbox tier because that tier runs after the build; a missing helm is a
+failure, not a skip. tests/sandbox/test_delivery_rbac.py proves the same rules against a real API
+server.
 """
 
 from __future__ import annotations
 
 import os
 import subprocess
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.timeout(120)]
 
@@ -48,19 +55,38 @@ def versions() -> dict[str, str]:
     return out
 
 
-def helm_binary() -> Path:
-    """The helm that sandbox/build.sh builds: $IR_CACHE/bin/helm-<HELM_VERSION>."""
+#: The helm majors the chart is tested with: (build.sh step, its version in versions.env).
+HELMS = {"helm4": ("helm", "HELM_VERSION"), "helm3": ("helm3", "HELM3_VERSION")}
+#: The one this module's tests run with now (set by the ``helm_major`` fixture).
+_current = {"major": "helm4"}
+
+
+def helm_binary(major: str = "helm4") -> Path:
+    """A helm that sandbox/build.sh builds: $IR_CACHE/bin/<step>-<version>."""
+    step, key = HELMS[major]
     cache = Path(os.environ.get("IR_CACHE") or Path.home() / ".cache" / "inference-rollout")
-    path = cache / "bin" / f"helm-{versions()['HELM_VERSION']}"
+    path = cache / "bin" / f"{step}-{versions()[key]}"
     if not os.access(path, os.X_OK):
-        pytest.fail(f"helm is missing: {path} is not an executable; build it with "
-                    "`bash sandbox/build.sh helm` (make test does this)", pytrace=False)
+        pytest.fail(f"{major} is missing: {path} is not an executable; build it with "
+                    f"`bash sandbox/build.sh {step}` (make test does this)", pytrace=False)
     return path
 
 
-def helm(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run([str(helm_binary()), *args], capture_output=True, text=True,
-                          timeout=60, check=False)
+@pytest.fixture(params=sorted(HELMS), scope="module", autouse=True)
+def helm_major(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Every test of this module, once per helm major."""
+    _current["major"] = request.param
+    yield request.param
+    _current["major"] = "helm4"
+
+
+def helm(*args: str, check: bool = True, kubeconfig: str | None = None,
+         timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    cmd = [str(helm_binary(_current["major"]))]
+    if kubeconfig:
+        cmd += ["--kubeconfig", kubeconfig]
+    proc = subprocess.run([*cmd, *args], capture_output=True, text=True,
+                          timeout=timeout, check=False)
     if check and proc.returncode != 0:
         pytest.fail(f"helm {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr}",
                     pytrace=False)
@@ -283,8 +309,81 @@ def test_helm_lint_passes() -> None:
         helm(*args)
 
 
-def test_notes_describe_the_mode() -> None:
+def test_notes_describe_the_mode(helm_major: str, request: pytest.FixtureRequest) -> None:
+    # Helm 3's client-side dry run still asks a cluster whether it is reachable; Helm 4's does not
+    kubeconfig = request.getfixturevalue("sandbox").kubeconfig if helm_major == "helm3" else None
     out = helm("install", "ir", str(CHART), "--dry-run=client", "--namespace", "ops",
-               "--set", "watch.mode=namespaces", "--set", "watch.namespaces={a,b}").stdout
+               "--set", "watch.mode=namespaces", "--set", "watch.namespaces={a,b}",
+               kubeconfig=kubeconfig).stdout
     assert "It watches InferenceRollouts in: a, b (a Role in each)." in out
     assert "It can read no Secret" in out
+
+
+# --- Helm 3 and Helm 4 agree; the kubeVersion constraint -----------------------------------------
+
+
+def test_helm3_and_helm4_render_the_same_manifests() -> None:
+    """What Argo CD or Flux (Helm 3's libraries) apply is what the Helm 4 tests check."""
+    outputs = {}
+    for major in HELMS:
+        proc = subprocess.run(
+            [str(helm_binary(major)), "template", "ir", str(CHART), "--namespace", "ir-system",
+             "--include-crds", "--set", "watch.mode=namespaces", "--set", "watch.namespaces={a}"],
+            capture_output=True, text=True, timeout=60, check=True)
+        outputs[major] = [line for line in proc.stdout.splitlines() if line.strip()]
+    assert outputs["helm3"] == outputs["helm4"]
+
+
+def test_kube_version_below_1_29_is_refused_and_a_default_render_passes() -> None:
+    """The chart keeps ``kubeVersion: >=1.29.0-0`` (server-side apply, CEL rules in the CRD):
+    an older target is refused by name; without ``--kube-version`` each helm renders for the
+    Kubernetes its client-go was built with (1.37 for both), so a plain ``helm template`` works."""
+    proc = helm("template", "ir", str(CHART), "--kube-version", "1.28.0", check=False)
+    assert proc.returncode != 0
+    assert "chart requires kubeVersion: >=1.29.0-0" in proc.stderr, proc.stderr
+    assert "Kubernetes v1.28.0" in proc.stderr, proc.stderr
+    assert of_kind(render(), "Deployment")  # no --kube-version
+
+
+# --- on the sandbox's API server -----------------------------------------------------------------
+
+
+@pytest.fixture()
+def release_namespace(sandbox: Any) -> Iterator[tuple[str, str]]:
+    """A namespace name for a release (helm creates it) and the admin kubeconfig."""
+    ns = f"chart-{uuid.uuid4().hex[:6]}"
+    yield ns, sandbox.kubeconfig
+    try:
+        client.CoreV1Api(sandbox.api).delete_namespace(ns, propagation_policy="Background")
+    except ApiException as e:
+        if e.status != 404:
+            raise
+
+
+def test_install_dry_run_server_then_install_and_upgrade(
+        release_namespace: tuple[str, str], helm_major: str) -> None:
+    ns, kubeconfig = release_namespace
+    release = f"ir-{helm_major}"
+    # the operator's pod stays Pending: the operator is not what this test runs
+    pending = ("--set-string", "nodeSelector.inference-rollout\\.dev/never-schedule=true")
+    common = ("--namespace", ns, "--set", "watch.mode=namespaces",
+              "--set", f"watch.namespaces={{{ns}}}", "--set", "rbac.kopfScanning=false", *pending)
+    dry = helm("install", release, str(CHART), "--dry-run=server", "--create-namespace",
+               *common, kubeconfig=kubeconfig, timeout=120).stdout
+    assert "kind: Deployment" in dry and "kind: Role" in dry
+    assert helm("status", release, "--namespace", ns, kubeconfig=kubeconfig,
+                check=False).returncode != 0, "a dry run must not install"
+    try:
+        helm("install", release, str(CHART), "--create-namespace", "--skip-crds", *common,
+             kubeconfig=kubeconfig, timeout=120)
+        out = helm("upgrade", release, str(CHART), *common, "--set", "operator.logFormat=plain",
+                   kubeconfig=kubeconfig, timeout=120).stdout
+        assert "STATUS: deployed" in out and "REVISION: 2" in out, out
+        manifest = helm("get", "manifest", release, "--namespace", ns,
+                        kubeconfig=kubeconfig).stdout
+        dep = deployment([d for d in yaml.safe_load_all(manifest) if d])
+        args = dep["spec"]["template"]["spec"]["containers"][0]["args"]
+        assert args[args.index("--log-format") + 1] == "plain"
+    finally:
+        helm("uninstall", release, "--namespace", ns, kubeconfig=kubeconfig, check=False,
+             timeout=120)
