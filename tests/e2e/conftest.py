@@ -1,6 +1,6 @@
-"""End-to-end fixtures: the sandbox (started by `make test`), the CRD, the operator as a process.
-
-Given/When/Then helpers live in :mod:`tests.e2e.scenario`; each test gets a fresh namespace.
+"""End-to-end fixtures: the sandbox (started by `make test`), the CRD, the operator as a process,
+a fresh namespace per test, and the test's story (``given``, ``when``, ``then``: see
+:mod:`irsandbox.story`).
 """
 
 from __future__ import annotations
@@ -10,12 +10,14 @@ from collections.abc import Iterator
 
 import pytest
 
-from irsandbox.harness import Cluster, OperatorProcess, sandbox_env
+from irsandbox.cluster import Cluster
+from irsandbox.harness import OperatorProcess
+from irsandbox.story import Given, Story, Then, When
 
 
 @pytest.fixture(scope="session")
 def cluster() -> Cluster:
-    c = Cluster(sandbox_env())
+    c = Cluster()
     c.install_crd()
     return c
 
@@ -36,3 +38,25 @@ def namespace(cluster: Cluster) -> Iterator[str]:
     cluster.create_namespace(ns)
     yield ns
     cluster.delete_namespace(ns)
+
+
+@pytest.fixture()
+def story(cluster: Cluster, operator_process: OperatorProcess, namespace: str) -> Iterator[Story]:
+    s = Story(cluster, operator_process, namespace)
+    yield s
+    s.close()  # the load stops before the namespace goes
+
+
+@pytest.fixture()
+def given(story: Story) -> Given:
+    return story.given
+
+
+@pytest.fixture()
+def when(story: Story) -> When:
+    return story.when
+
+
+@pytest.fixture()
+def then(story: Story) -> Then:
+    return story.then

@@ -16,10 +16,11 @@ from typing import Any
 import pytest
 import yaml
 
+from irsandbox.common import REPO, cache_dir, versions
+
 pytestmark = [pytest.mark.sandbox, pytest.mark.timeout(120)]
 
-ROOT = Path(__file__).resolve().parents[2]
-CHART = ROOT / "charts" / "inference-rollout"
+CHART = REPO / "charts" / "inference-rollout"
 
 #: The least-privilege contract: (apiGroup, resource) -> verbs, derived from the operator's code
 #: (the reasons are comments in charts/inference-rollout/templates/_rbac_rules.tpl). A change here
@@ -39,19 +40,9 @@ CRD_SCANNING = {("apiextensions.k8s.io", "customresourcedefinitions"): ["list", 
 NAMESPACE_SCANNING = {("", "namespaces"): ["list", "watch"]}
 
 
-def versions() -> dict[str, str]:
-    out = {}
-    for line in (ROOT / "sandbox" / "versions.env").read_text().splitlines():
-        if "=" in line and not line.lstrip().startswith("#"):
-            key, _, value = line.partition("=")
-            out[key.strip()] = value.strip()
-    return out
-
-
 def helm_binary() -> Path:
     """The helm that sandbox/build.sh builds: $IR_CACHE/bin/helm-<HELM_VERSION>."""
-    cache = Path(os.environ.get("IR_CACHE") or Path.home() / ".cache" / "inference-rollout")
-    path = cache / "bin" / f"helm-{versions()['HELM_VERSION']}"
+    path = cache_dir() / "bin" / f"helm-{versions()['HELM_VERSION']}"
     if not os.access(path, os.X_OK):
         pytest.fail(f"helm is missing: {path} is not an executable; build it with "
                     "`bash sandbox/build.sh helm` (make test does this)", pytrace=False)
@@ -236,7 +227,7 @@ def test_metrics_service_and_optional_service_monitor() -> None:
 def test_crds_come_from_the_chart_crds_directory() -> None:
     crds = of_kind(render(include_crds=True), "CustomResourceDefinition")
     assert [c["metadata"]["name"] for c in crds] == ["inferencerollouts.rollouts.inference.dev"]
-    top = yaml.safe_load((ROOT / "crds" / "rollouts.inference.dev_inferencerollouts.yaml")
+    top = yaml.safe_load((REPO / "crds" / "rollouts.inference.dev_inferencerollouts.yaml")
                          .read_text())
     assert crds[0] == top
 

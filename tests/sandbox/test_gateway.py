@@ -5,28 +5,20 @@ from __future__ import annotations
 import asyncio
 import statistics
 import time
-from pathlib import Path
 
 import pytest
-from kubernetes import client
 
-from irsandbox import testkit
+from irsandbox import manifests
+from irsandbox.cluster import Cluster
+from irsandbox.common import wait_for
 from irsandbox.loadgen import BusinessMetrics, MetricsServer, run_load
 from irsandbox.podspec import LABEL_REVISION
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.timeout(300)]
 
 
-@pytest.fixture()
-def kit(sandbox, api_client: client.ApiClient) -> testkit.Sandbox:
-    state = Path(sandbox.env.get("IR_STATE") or Path(sandbox.env["KUBECONFIG"]).parent)
-    return testkit.Sandbox(
-        api_client, state, sandbox.env["PROMETHEUS_URL"], sandbox.env["GATEWAY_URL"]
-    )
-
-
 def stable_and_canary(
-    kit: testkit.Sandbox,
+    kit: Cluster,
     ns: str,
     weights: tuple[int, int],
     replicas: tuple[int, int] = (2, 1),
@@ -38,12 +30,12 @@ def stable_and_canary(
     host = f"chat.{ns}.example"
     for rev, n, ann in (("stable", replicas[0], stable_ann), ("canary", replicas[1], canary_ann)):
         kit.create(
-            ns, testkit.vllm_deployment(f"chat-{rev}", revision=rev, replicas=n, annotations=ann)
+            ns, manifests.vllm_deployment(f"chat-{rev}", revision=rev, replicas=n, annotations=ann)
         )
-        kit.create(ns, testkit.service(f"chat-{rev}", "chat", rev))
+        kit.create(ns, manifests.service(f"chat-{rev}", "chat", rev))
     kit.create(
         ns,
-        testkit.httproute(
+        manifests.httproute(
             "chat", [("chat-stable", weights[0]), ("chat-canary", weights[1])], [host]
         ),
     )
@@ -202,7 +194,7 @@ def test_business_metric_per_revision_reaches_prometheus(kit, namespace):
                 return {rev: c.get("pass", 0.0) / sum(c.values()) for rev, c in counts.items()}
 
             ratios = await asyncio.to_thread(
-                testkit.wait_for, scraped, 20, "loadgen counters in Prometheus"
+                wait_for, scraped, 20, "loadgen counters in Prometheus"
             )
             return report, ratios
 
@@ -223,9 +215,9 @@ def test_route_status_and_backend_without_endpoints(kit, namespace):
     """The gateway reports Accepted/ResolvedRefs per parentRef with the observed generation; a
     backendRef to a missing Service keeps its share as HTTP 500 (Gateway API semantics)."""
     host = f"chat.{namespace}.example"
-    kit.create(namespace, testkit.vllm_deployment("chat-stable", revision="stable"))
-    kit.create(namespace, testkit.service("chat-stable", "chat", "stable"))
-    kit.create(namespace, testkit.httproute("chat", [("chat-stable", 3), ("missing", 1)], [host]))
+    kit.create(namespace, manifests.vllm_deployment("chat-stable", revision="stable"))
+    kit.create(namespace, manifests.service("chat-stable", "chat", "stable"))
+    kit.create(namespace, manifests.httproute("chat", [("chat-stable", 3), ("missing", 1)], [host]))
     kit.wait_serving(namespace, f"{LABEL_REVISION}=stable", 1)
     kit.wait_programmed(namespace, "chat", {"chat-stable": 1, "missing": 0})
 
@@ -236,7 +228,7 @@ def test_route_status_and_backend_without_endpoints(kit, namespace):
         gen = route["metadata"]["generation"]
         return conds if conds.get("Accepted", {}).get("observedGeneration") == gen else None
 
-    conds = testkit.wait_for(status, 20, "route status")
+    conds = wait_for(status, 20, "route status")
     assert conds["Accepted"]["status"] == "True"
     assert conds["ResolvedRefs"]["status"] == "False"
     assert conds["ResolvedRefs"]["reason"] == "BackendNotFound"
@@ -251,10 +243,10 @@ def test_route_status_and_backend_without_endpoints(kit, namespace):
 def test_inference_pool_backend(kit, namespace):
     host = f"pool.{namespace}.example"
     for rev in ("a", "b"):
-        kit.create(namespace, testkit.vllm_deployment(f"chat-{rev}", revision=rev))
-    kit.create(namespace, testkit.inference_pool("chat-pool", {"app": "chat"}))
+        kit.create(namespace, manifests.vllm_deployment(f"chat-{rev}", revision=rev))
+    kit.create(namespace, manifests.inference_pool("chat-pool", {"app": "chat"}))
     kit.create(
-        namespace, testkit.httproute("pool", [("chat-pool", 1)], [host], kind="InferencePool")
+        namespace, manifests.httproute("pool", [("chat-pool", 1)], [host], kind="InferencePool")
     )
     for rev in ("a", "b"):
         kit.wait_serving(namespace, f"{LABEL_REVISION}={rev}", 1)

@@ -254,3 +254,11 @@ def test_read_env_file(tmp_path):
     assert read_env_file(f) == {"KUBECONFIG": "/x/kubeconfig", "GATEWAY_URL": "http://127.0.0.1:1",
                                 "PROMETHEUS_URL": "http://p"}
     assert read_env_file(tmp_path / "missing") == {}
+
+
+def test_read_env_file_expands_the_process_environment(tmp_path, monkeypatch):
+    # sandbox/up.sh writes `export PATH=<sandbox bin>:${PATH}`
+    monkeypatch.setenv("PATH", "/usr/bin")
+    f = tmp_path / "env"
+    f.write_text("export PATH=/sandbox/bin:${PATH}\n")
+    assert read_env_file(f) == {"PATH": "/sandbox/bin:/usr/bin"}
