@@ -197,8 +197,13 @@ class RouteChange:
     managed_time: str | None  # managedFields time of the operator's entry (whole seconds)
 
 
+@dataclass
 class Background:
-    """A daemon thread running ``_run`` until :meth:`stop` (each loop also has a hard deadline)."""
+    """A daemon thread running ``_run`` until :meth:`stop` or ``max_seconds``, counting the
+    ``errors`` it outlived."""
+
+    max_seconds: float = field(default=3600.0, kw_only=True)
+    errors: int = field(default=0, kw_only=True)
 
     def __post_init__(self) -> None:
         self._stop = threading.Event()
@@ -224,10 +229,11 @@ def route_weights(obj: dict[str, Any]) -> dict[str, int]:
     return {r["name"]: int(r.get("weight", 1)) for r in rules[0].get("backendRefs") or []}
 
 
+@dataclass
 class RouteRecorder(Background):
     """Records each change of a route's weights (:class:`RouteChange`), thread-safely."""
 
-    changes: list[RouteChange]
+    changes: list[RouteChange] = field(default_factory=list, kw_only=True)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -258,11 +264,8 @@ class RouteObserver(RouteRecorder):
     cluster: Cluster
     namespace: str
     period: float = 0.02
-    max_seconds: float = 3600.0
-    changes: list[RouteChange] = field(default_factory=list)
     polls: int = 0
     rtts: list[float] = field(default_factory=list)
-    errors: int = 0
 
     def _list(self) -> list[dict[str, Any]]:
         resp = self.cluster.custom.list_namespaced_custom_object(
@@ -306,10 +309,7 @@ class RouteWatcher(RouteRecorder):
 
     cluster: Cluster
     namespace: str
-    max_seconds: float = 3600.0
     chunk: int = 30
-    changes: list[RouteChange] = field(default_factory=list)
-    errors: int = 0
 
     def join_timeout(self) -> float:
         return self.chunk + 5
@@ -391,9 +391,7 @@ class MetricsPoller(Background):
     port: int
     name: str
     period: float = 0.025
-    max_seconds: float = 3600.0
     steps: list[HistogramStep] = field(default_factory=list)
-    errors: int = 0
 
     def _run(self) -> None:
         deadline = time.monotonic() + self.max_seconds

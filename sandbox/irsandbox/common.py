@@ -15,6 +15,7 @@ import logging
 import os
 import re
 import shutil
+import signal
 import socket
 import sys
 import tempfile
@@ -35,6 +36,28 @@ DEFAULT_GATEWAY_PORT = 18080
 def state_dir() -> Path:
     """The sandbox's state directory: ``$IR_STATE`` or ``<repo>/.sandbox``."""
     return Path(os.environ.get("IR_STATE") or REPO / ".sandbox").resolve()
+
+
+def use_state_dir(explicit: str | None) -> Path:
+    """A daemon's ``--state-dir``: ``explicit`` (exported as ``$IR_STATE`` for what it starts),
+    else :func:`state_dir`."""
+    if not explicit:
+        return state_dir()
+    state = Path(explicit).resolve()
+    os.environ["IR_STATE"] = str(state)
+    return state
+
+
+def run_until_signalled(service: Any, log: logging.Logger) -> None:
+    """``service.run()`` until SIGTERM or SIGINT sets its ``stop`` and ``wake`` events."""
+    def _stop(signum: int, _frame: Any) -> None:
+        log.info("signal %s: exiting", signum)
+        service.stop.set()
+        service.wake.set()
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    service.run()
 
 
 def cache_dir() -> Path:
@@ -138,22 +161,12 @@ def find_sim_binary() -> str:
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
-    """Write JSON so a reader never sees a partial file (the temp name ends in ``.tmp``)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=2, sort_keys=True)
-            f.write("\n")
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    """Write JSON so a reader never sees a partial file."""
+    write_text_atomic(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
 def write_text_atomic(path: Path, text: str) -> None:
+    """Write ``text`` so a reader never sees a partial file (the temp name ends in ``.tmp``)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:

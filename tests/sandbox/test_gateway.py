@@ -12,9 +12,15 @@ from irsandbox import manifests
 from irsandbox.cluster import Cluster
 from irsandbox.common import wait_for
 from irsandbox.loadgen import BusinessMetrics, MetricsServer, run_load
+from irsandbox.manifests import SIM_ANNOTATION
 from irsandbox.podspec import LABEL_REVISION
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.timeout(300)]
+
+
+def sim(**behaviour: float) -> dict[str, str]:
+    """Simulator annotations: ``sim(itl_ms=5)`` is ``sim.inference.dev/itl-ms: "5"``."""
+    return {f"{SIM_ANNOTATION}{k.replace('_', '-')}": f"{v:g}" for k, v in behaviour.items()}
 
 
 def stable_and_canary(
@@ -69,14 +75,8 @@ def test_weight_changes_drop_no_requests(kit, namespace):
     """Streaming load at 60 req/s while the weights move 90/10 -> 50/50 -> 0/100 -> 100/0:
     every request succeeds (nginx reloads gracefully), and once the last change is programmed
     the weight-0 canary gets no new request."""
-    host = stable_and_canary(
-        kit,
-        namespace,
-        (90, 10),
-        replicas=(1, 1),
-        stable_ann={"sim.inference.dev/itl-ms": "5"},
-        canary_ann={"sim.inference.dev/itl-ms": "5"},
-    )
+    host = stable_and_canary(kit, namespace, (90, 10), replicas=(1, 1),
+                             stable_ann=sim(itl_ms=5), canary_ann=sim(itl_ms=5))
     programmed: list[tuple[float, dict[str, int]]] = []
 
     async def main():
@@ -84,16 +84,8 @@ def test_weight_changes_drop_no_requests(kit, namespace):
         t0 = loop.time()
         stop = asyncio.Event()
         load = asyncio.create_task(
-            run_load(
-                kit.gateway_url,
-                host=host,
-                model="llama",
-                rate=60,
-                stop=stop,
-                stream=True,
-                max_tokens=20,
-                concurrency=128,
-            )
+            run_load(kit.gateway_url, host=host, model="llama", rate=60, stop=stop, stream=True,
+                     max_tokens=20, concurrency=128)
         )
         for at, w in ((2, (50, 50)), (5, (0, 100)), (8, (100, 0))):
             await asyncio.sleep(max(0.0, t0 + at - loop.time()))
@@ -128,24 +120,12 @@ def test_weight_changes_drop_no_requests(kit, namespace):
 
 
 def test_streaming_latency_per_revision_through_the_gateway(kit, namespace):
-    host = stable_and_canary(
-        kit,
-        namespace,
-        (50, 50),
-        replicas=(1, 1),
-        stable_ann={"sim.inference.dev/ttft-ms": "20", "sim.inference.dev/itl-ms": "2"},
-        canary_ann={"sim.inference.dev/ttft-ms": "250", "sim.inference.dev/itl-ms": "20"},
-    )
+    host = stable_and_canary(kit, namespace, (50, 50), replicas=(1, 1),
+                             stable_ann=sim(ttft_ms=20, itl_ms=2),
+                             canary_ann=sim(ttft_ms=250, itl_ms=20))
     report = asyncio.run(
-        run_load(
-            kit.gateway_url,
-            host=host,
-            model="llama",
-            rate=40,
-            requests=80,
-            stream=True,
-            max_tokens=16,
-        )
+        run_load(kit.gateway_url, host=host, model="llama", rate=40, requests=80, stream=True,
+                 max_tokens=16)
     )
     assert report.failed == 0, report.errors
     by_rev = {rev: [r for r in report.results if r.revision == rev] for rev in ("stable", "canary")}
@@ -158,26 +138,14 @@ def test_streaming_latency_per_revision_through_the_gateway(kit, namespace):
 def test_business_metric_per_revision_reaches_prometheus(kit, namespace):
     """A canary annotated business-fail-rate=8 fails exactly 8 % of the JSON checks; the load
     generator's counter reaches Prometheus per revision, where a business-metric query sees it."""
-    host = stable_and_canary(
-        kit,
-        namespace,
-        (50, 50),
-        replicas=(1, 1),
-        canary_ann={"sim.inference.dev/business-fail-rate": "8"},
-    )
+    host = stable_and_canary(kit, namespace, (50, 50), replicas=(1, 1),
+                             canary_ann=sim(business_fail_rate=8))
 
     async def main():
         metrics = BusinessMetrics()
         async with MetricsServer(metrics, 0, targets_dir=kit.state / "prometheus" / "targets"):
-            report = await run_load(
-                kit.gateway_url,
-                host=host,
-                model="llama",
-                rate=50,
-                requests=400,
-                json_check=True,
-                metrics=metrics,
-            )
+            report = await run_load(kit.gateway_url, host=host, model="llama", rate=50,
+                                    requests=400, json_check=True, metrics=metrics)
             # One query, so the counts and the total come from the same scrape (two queries
             # could straddle one, pairing ratios from before the last requests with a total
             # from after them).

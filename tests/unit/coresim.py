@@ -20,6 +20,7 @@ from inference_rollout.core.types import (
     Decision,
     DeleteRevision,
     EnsureRevision,
+    EvaluationOutcome,
     Measurement,
     MeasurementError,
     Observation,
@@ -220,6 +221,10 @@ class Sim:
             out[metric.name] = measurement_for(metric, kind)
         return out
 
+    def evaluate(self) -> EvaluationOutcome | None:
+        """The business evaluation's outcome when it is due (none in this world)."""
+        return None
+
     def reconcile(self, *, measure: bool = True, settle: bool = True, deleting: bool = False,
                   invalid: tuple[str, ...] = (), **requests: bool) -> Decision:
         for name, value in requests.items():
@@ -233,7 +238,8 @@ class Sim:
             generation=self.generation, template_hash=template_hash(self.body["template"]),
             revisions=dict(self.world.deployments),
             route=None if self.world.route is None else dict(self.world.route),
-            measurements=measurements, invalid=invalid, deleting=deleting)
+            measurements=measurements, evaluation=self.evaluate(), invalid=invalid,
+            deleting=deleting)
         d = decide(spec, self.status, obs, self.now)
         self.decisions.append(d)
         self.world.history.append(d)
