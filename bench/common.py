@@ -72,7 +72,7 @@ class BenchOperator(OperatorProcess):
     commit) instead of the work tree."""
 
     def __init__(self, env: dict[str, str], src: Path = OPERATOR_SRC, **kw: Any) -> None:
-        super().__init__(env, **kw)
+        super().__init__(env, service_proxy=False, **kw)
         self.src = src
 
     def process_env(self) -> dict[str, str]:

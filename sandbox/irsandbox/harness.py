@@ -25,12 +25,14 @@ from .manifests import SIM_MODEL
 
 class OperatorProcess:
     """The operator as a real process (``inference-rollout operator``), killable at will.
-    ``namespaces`` (kopf globs) scopes it; without them it watches every namespace."""
+    ``namespaces`` (kopf globs) scopes it; without them it watches every namespace.  With
+    ``service_proxy`` it reaches Services through the sandbox gateway (there is no cluster DNS
+    here), as the evaluation gate needs."""
 
     def __init__(self, env: dict[str, str], log_name: str = "operator",
                  namespaces: list[str] | None = None, metrics_port: int = 18481,
-                 liveness_port: int = 18480) -> None:
-        self.env, self.namespaces = env, namespaces
+                 liveness_port: int = 18480, service_proxy: bool = True) -> None:
+        self.env, self.namespaces, self.service_proxy = env, namespaces, service_proxy
         self.metrics_port, self.liveness_port = metrics_port, liveness_port
         self.log_path = state_dir() / "logs" / f"{log_name}.log"
         self.proc: subprocess.Popen[bytes] | None = None
@@ -38,9 +40,13 @@ class OperatorProcess:
     def command(self) -> list[str]:
         scope = (["--all-namespaces"] if not self.namespaces
                  else [a for ns in self.namespaces for a in ("--namespace", ns)])
-        return [sys.executable, "-m", "inference_rollout", "operator", *scope,
-                "--log-format", "json", "--metrics-port", str(self.metrics_port),
-                "--liveness-port", str(self.liveness_port)]
+        cmd = [sys.executable, "-m", "inference_rollout", "operator", *scope,
+               "--log-format", "json", "--metrics-port", str(self.metrics_port),
+               "--liveness-port", str(self.liveness_port)]
+        if self.service_proxy and self.env.get("GATEWAY_URL"):
+            # the gateway forwards <svc>.<ns>.svc to the Service's pods
+            cmd += ["--service-proxy", self.env["GATEWAY_URL"]]
+        return cmd
 
     def process_env(self) -> dict[str, str]:
         """The work tree's operator package first on the path."""
