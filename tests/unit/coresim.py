@@ -27,30 +27,20 @@ from inference_rollout.core.types import (
     RevisionState,
     SetWeights,
 )
+from irsandbox.manifests import container, inference_rollout
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 
 
 def manifest_spec(**over: Any) -> dict[str, Any]:
-    spec: dict[str, Any] = {
-        "replicas": 4,
-        "template": {
-            "metadata": {"labels": {"app": "chat"}},
-            "spec": {"containers": [{
-                "name": "vllm", "image": "vllm/vllm-openai:v0.11.0",
-                "args": ["--model", "m1", "--max-num-seqs", "32"],
-                "ports": [{"name": "http", "containerPort": 8000}],
-            }]},
-        },
-        "traffic": {"gatewayAPI": {"httpRouteRef": {"name": "chat"}}},
-        "strategy": {"steps": [{"weight": 5, "pause": "1m"}, {"weight": 20, "pause": "1m"},
-                               {"weight": 50, "pause": "1m"}, {"weight": 100}]},
-        "analysis": {
-            "interval": "10s",
-            "prometheus": {"address": "http://prom:9090"},
-            "metrics": [{"name": "errors", "template": "error-rate", "max": 0.01}],
-        },
-    }
+    spec: dict[str, Any] = inference_rollout(
+        "chat", replicas=4,
+        containers=[container(args=["--model", "m1", "--max-num-seqs", "32"])],
+        strategy={"steps": [{"weight": 5, "pause": "1m"}, {"weight": 20, "pause": "1m"},
+                            {"weight": 50, "pause": "1m"}, {"weight": 100}]},
+        analysis={"interval": "10s", "prometheus": {"address": "http://prom:9090"},
+                  "metrics": [{"name": "errors", "template": "error-rate", "max": 0.01}]},
+    )["spec"]
     spec.update(over)
     return spec
 
