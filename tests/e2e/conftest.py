@@ -1,16 +1,22 @@
 """End-to-end fixtures: the sandbox (started by `make test`), the CRD, the operator as a process,
 a fresh namespace per test, and the test's story (``given``, ``when``, ``then``: see
 :mod:`irsandbox.story`).
+
+The operator watches only ``$IR_E2E_PREFIX-*`` namespaces (default ``e2e``) on free ports, so two
+runs on one shared sandbox (two work trees) can each set their own prefix and never drive each
+other's rollouts.
 """
 
 from __future__ import annotations
 
+import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
 from irsandbox.cluster import Cluster
+from irsandbox.common import free_port
 from irsandbox.harness import OperatorProcess
 from irsandbox.story import Given, Story, Then, When
 
@@ -26,16 +32,27 @@ def cluster() -> Cluster:
 def operator_process(cluster: Cluster) -> Iterator[OperatorProcess]:
     # Only the tests' namespaces (a kopf glob): other operators on the same sandbox (the RBAC
     # proof, benchmarks) own theirs, and two operators must never drive one rollout.
-    op = OperatorProcess(cluster.env, log_name="operator-e2e", namespaces=["e2e-*"])
+    prefix = os.environ.get("IR_E2E_PREFIX", "e2e")
+    op = OperatorProcess(cluster.env, log_name=f"operator-{prefix}", namespaces=[f"{prefix}-*"],
+                         metrics_port=free_port(), liveness_port=free_port())
     op.start()
     yield op
     op.stop()
 
 
+@pytest.fixture(scope="session")
+def new_namespace(cluster: Cluster) -> Callable[[], str]:
+    """Create a namespace the e2e operator watches; returns its name."""
+    def create() -> str:
+        ns = f"{os.environ.get('IR_E2E_PREFIX', 'e2e')}-{uuid.uuid4().hex[:6]}"
+        cluster.create_namespace(ns)
+        return ns
+    return create
+
+
 @pytest.fixture()
-def namespace(cluster: Cluster) -> Iterator[str]:
-    ns = f"e2e-{uuid.uuid4().hex[:6]}"
-    cluster.create_namespace(ns)
+def namespace(cluster: Cluster, new_namespace: Callable[[], str]) -> Iterator[str]:
+    ns = new_namespace()
     yield ns
     cluster.delete_namespace(ns)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import subprocess
 import threading
 import time
-import uuid
+from collections.abc import Callable
 
 import pytest
 
@@ -134,11 +134,11 @@ def test_operator_sigkilled_in_every_phase_ends_right(
 
 
 def test_a_deleted_namespace_is_not_held_by_the_finalizer(
-        cluster: Cluster, operator_process: OperatorProcess) -> None:
+        cluster: Cluster, operator_process: OperatorProcess,
+        new_namespace: Callable[[], str]) -> None:
     # Given a namespace with a healthy rollout mid-release, served by the operator in namespaces
     # mode (kopf may stop watching a namespace before its rollouts are deleted)
-    ns = f"e2e-{uuid.uuid4().hex[:6]}"
-    cluster.create_namespace(ns)
+    ns = new_namespace()
     story = Story(cluster, operator_process, ns)
     story.given.rollout("gone", steps=[{"weight": 20, "manual": True}, {"weight": 100}])
     story.when.template_changes(version="v2")

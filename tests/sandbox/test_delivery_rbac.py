@@ -39,7 +39,7 @@ from test_delivery_chart import CHART, NAMESPACED_RULES, helm_binary
 from test_delivery_manifests import install_crd, sandbox_cluster
 
 from irsandbox.cluster import Cluster
-from irsandbox.common import wait_for
+from irsandbox.common import free_port, wait_for
 from irsandbox.harness import BackgroundLoad, OperatorProcess
 from irsandbox.manifests import httproute, sandbox_rollout, with_template
 from irsandbox.story import Release
@@ -190,7 +190,8 @@ def install(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Itera
 def operator(cluster: Cluster, install: Install) -> Iterator[OperatorProcess]:
     env = {**cluster.env, "KUBECONFIG": str(install.kubeconfig)}
     op = OperatorProcess(env, log_name=f"operator-rbac-{install.watched}",
-                         namespaces=[install.watched], metrics_port=18491, liveness_port=18490)
+                         namespaces=[install.watched], metrics_port=free_port(),
+                         liveness_port=free_port())
     op.start()
     yield op
     op.stop()
