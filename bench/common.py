@@ -220,7 +220,8 @@ class Background:
 
     def stop(self) -> None:
         self._stop.set()
-        self._thread.join(self.join_timeout())
+        if self._thread.ident is not None:  # started (a run that failed first never was)
+            self._thread.join(self.join_timeout())
 
 
 def route_weights(obj: dict[str, Any]) -> dict[str, int]:
