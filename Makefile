@@ -18,7 +18,7 @@ lint: venv
 	.venv/bin/lint-imports
 
 unit: venv
-	$(PY) -m pytest tests/unit -q
+	$(PY) -m pytest tests/unit sandbox/tests -q
 
 crd: venv
 	$(PY) -m inference_rollout.api.crd > crds/rollouts.inference.dev_inferencerollouts.yaml

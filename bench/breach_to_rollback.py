@@ -31,30 +31,19 @@ import os
 import time
 import urllib.parse
 import urllib.request
-import uuid
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from common import (
-    OPERATOR_COMMIT,
-    BenchOperator,
-    RouteObserver,
-    cleanup_namespace,
-    ensure_crd,
-    free_port,
-    machine,
-    parse_iso,
-    percentile,
-    save,
-)
-from tests.e2e.scenario import BackgroundLoad, Release, rollout, with_template
+from common import Bench, RouteObserver, parse_iso, percentile, save
 
 from inference_rollout.api.duration import parse_duration
 from inference_rollout.api.effective import effective_metrics
 from inference_rollout.api.spec import InferenceRolloutSpec
 from inference_rollout.metrics.analysis import build_queries, window_seconds
 from inference_rollout.metrics.promql import Revision, format_window
-from irsandbox.harness import Cluster, sandbox_env
+from irsandbox.harness import BackgroundLoad
+from irsandbox.manifests import sandbox_rollout, with_template
+from irsandbox.story import Release
 
 METRIC = "slo-ttft-p99"
 ANN_TTFT = "sim.inference.dev/ttft-ms"
@@ -95,104 +84,150 @@ def prom_query(url: str, query: str, at: float) -> float | None:
 
 
 def held_manifest(name: str, prometheus: str, interval: str) -> dict[str, Any]:
-    return rollout(name, replicas=1, gpus=0, prometheus=prometheus, metrics=[],
-                   steps=[{"weight": 50, "pause": "1h"}, {"weight": 100}],
-                   analysis={"slo": {"ttftP99": "100ms"}, "interval": interval})
+    return sandbox_rollout(name, replicas=1, gpus=0, prometheus=prometheus, metrics=[],
+                           steps=[{"weight": 50, "pause": "1h"}, {"weight": 100}],
+                           analysis={"slo": {"ttftP99": "100ms"}, "interval": interval})
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
-    env = sandbox_env()
-    cluster = Cluster(env)
-    ensure_crd(cluster)
-    prom = env["PROMETHEUS_URL"]
-    interval = parse_duration(args.interval)
-    ns = f"bench-br-{uuid.uuid4().hex[:6]}"
-    op = BenchOperator(env, log_name=f"bench-{ns}", namespaces=[ns],
-                         metrics_port=free_port(), liveness_port=free_port())
-    observer = RouteObserver(Cluster(env), ns, period=0.02, max_seconds=args.timeout + 60)
-    loads: list[BackgroundLoad] = []
-    runs: list[Run] = []
-    loads_1m: list[float] = []
-    info: dict[str, Any] = {"namespace": ns, "machine": machine(), "args": vars(args),
-                            "interval_s": interval, "operator_commit": OPERATOR_COMMIT}
-    started = time.time()
-    print(f"namespace {ns}; operator {OPERATOR_COMMIT[:12]}; log {op.log_path}", flush=True)
-    cluster.create_namespace(ns)
-    try:
-        op.start()
-        releases = [Release(cluster, op, ns, held_manifest(f"br{i}", prom, args.interval))
-                    for i in range(args.runs)]
-        for rel in releases:
-            rel.apply()
-        stables = [rel.wait_healthy(timeout=180)["stableRevision"] for rel in releases]
-        loads = [BackgroundLoad(env, rel.host, rate=args.rate, seconds=int(args.timeout) + 120)
-                 for rel in releases]
-        for rel in releases:
-            rel.apply(with_template(rel.manifest, version="v2"))  # healthy canary, 5 ms
-        canaries = []
-        for rel in releases:
-            st = rel.wait(lambda s: s.get("canaryWeight") == 50
-                          and (s.get("analysis") or {}).get(METRIC, {}).get("verdict") == "Pass",
-                          240, f"canary at 50% with {METRIC} Pass")
-            canaries.append(st["canaryRevision"])
-        observer.start()
-        spec = InferenceRolloutSpec.parse(releases[0].manifest["spec"])
+@dataclass
+class Probe:
+    """The operator's own PromQL for one canary's breach: value and sample-count queries over the
+    same window, with the metric's threshold and minimum samples."""
+
+    metric: Any
+    window: str
+    min_samples: int
+
+    @classmethod
+    def of(cls, manifest: dict[str, Any], interval: float) -> Probe:
+        spec = InferenceRolloutSpec.parse(manifest["spec"])
         metric = next(m for m in effective_metrics(spec.analysis) if m.name == METRIC)
         assert spec.analysis.prometheus is not None and metric.max is not None
         window = format_window(window_seconds(
             metric, interval, parse_duration(spec.analysis.prometheus.scrape_interval)))
         min_samples = spec.analysis.min_samples if metric.min_samples is None \
             else metric.min_samples
-        info.update(threshold=metric.max, window=window, min_samples=min_samples)
-        deadline = time.monotonic() + args.timeout
+        return cls(metric, window, min_samples)
 
-        for rel, stable, canary in zip(releases, stables, canaries, strict=True):
+    def queries(self, ns: str, rollout: str, canary: str) -> Any:
+        return build_queries(self.metric, Revision(ns, rollout, canary), self.window,
+                             self.min_samples)
+
+    def measure(self, prom: str, queries: Any, at: float) -> tuple[float | None, float | None]:
+        """The canary's value and sample count evaluated at ``at`` (raises OSError)."""
+        value = prom_query(prom, queries.value, at)
+        samples = prom_query(prom, queries.samples, at) if queries.samples else math.inf
+        return value, samples
+
+    def breaches(self, value: float | None, samples: float | None) -> bool:
+        return value is not None and value > self.metric.max \
+            and (samples or 0) >= self.min_samples
+
+
+def hold_healthy_canaries(bench: Bench, args: argparse.Namespace,
+                          loads: list[BackgroundLoad]) -> list[tuple[Release, str, str]]:
+    """``--runs`` rollouts, each Healthy, under load, with a healthy canary held at 50 % whose
+    verdict is Pass; returns (release, stable, canary) for each."""
+    prom = bench.env["PROMETHEUS_URL"]
+    releases = [bench.release(held_manifest(f"br{i}", prom, args.interval))
+                for i in range(args.runs)]
+    for rel in releases:
+        rel.apply()
+    stables = [rel.wait_healthy(timeout=180)["stableRevision"] for rel in releases]
+    loads += [BackgroundLoad(bench.env, rel.host, rate=args.rate, seconds=int(args.timeout) + 120)
+              for rel in releases]
+    for rel in releases:
+        rel.apply(with_template(rel.manifest, version="v2"))  # healthy canary, 5 ms
+    canaries = []
+    for rel in releases:
+        st = rel.wait(lambda s: s.get("canaryWeight") == 50
+                      and (s.get("analysis") or {}).get(METRIC, {}).get("verdict") == "Pass",
+                      240, f"canary at 50% with {METRIC} Pass")
+        canaries.append(st["canaryRevision"])
+    return list(zip(releases, stables, canaries, strict=True))
+
+
+def degrade(bench: Bench, rel: Release, stable: str, canary: str) -> Run:
+    """Annotate the running canary pods with a 400 ms time to first token (applied live)."""
+    pods = bench.cluster.core.list_namespaced_pod(
+        bench.ns, label_selector=f"rollouts.inference.dev/rollout={rel.name},"
+        f"rollouts.inference.dev/revision={canary}").items
+    r = Run(rel.name, canary, stable, time.time(), [p.metadata.name for p in pods])
+    for p in pods:
+        bench.cluster.core.patch_namespaced_pod(
+            p.metadata.name, bench.ns, {"metadata": {"annotations": {ANN_TTFT: "400"}}})
+    return r
+
+
+def watch_breach_and_rollback(bench: Bench, r: Run, probe: Probe, queries: Any,
+                              observer: RouteObserver, interval: float,
+                              loads_1m: list[float]) -> None:
+    """Every 250 ms until both are seen (or 6 intervals + 30 s): is the breach visible in
+    Prometheus, and has the observer seen the route go 100 % stable?"""
+    prom = bench.env["PROMETHEUS_URL"]
+    run_deadline = time.monotonic() + 6 * interval + 30
+    svc_c, svc_s = f"{r.rollout}-{r.canary}", f"{r.rollout}-{r.stable}"
+    while time.monotonic() < run_deadline and (r.visible_at is None or r.rollback_seen is None):
+        at = time.time()
+        if r.visible_at is None:
+            try:
+                value, samples = probe.measure(prom, queries, at)
+                r.prom_polls += 1
+            except OSError:
+                value = samples = None
+            if probe.breaches(value, samples):
+                r.visible_at, r.visible_value = at, value
+        if r.rollback_seen is None:
+            for c in observer.snapshot():
+                if (c.route == r.rollout and c.hi >= r.annotated_at
+                        and c.before.get(svc_c, 0) > 0 and c.after.get(svc_c, 0) == 0
+                        and c.after.get(svc_s) == 100):
+                    r.rollback_seen, r.rollback_lo = c.hi, c.lo
+                    break
+        loads_1m.append(os.getloadavg()[0])
+        time.sleep(max(0.0, 0.25 - (time.time() - at)))
+
+
+def record_verdict(rel: Release, r: Run) -> None:
+    """The failing verdict as the status holds it (the route is written before the status: give
+    the status a moment to follow)."""
+    st = rel.status()
+    settle = time.monotonic() + 15
+    while not st.get("aborted") and r.rollback_seen and time.monotonic() < settle:
+        time.sleep(0.2)
+        st = rel.status()
+    res = (st.get("analysis") or {}).get(METRIC) or {}
+    r.reason, r.value = st.get("abortReason") or "", res.get("value")
+    r.measured_at = parse_iso(res.get("measuredAt"))
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    bench = Bench("br", args)
+    interval = parse_duration(args.interval)
+    bench.info["interval_s"] = interval
+    observer = RouteObserver(bench.observer_client(), bench.ns, period=0.02,
+                             max_seconds=args.timeout + 60)
+    loads: list[BackgroundLoad] = []
+    runs: list[Run] = []
+    loads_1m: list[float] = []
+    try:
+        bench.op.start()
+        held = hold_healthy_canaries(bench, args, loads)
+        observer.start()
+        probe = Probe.of(held[0][0].manifest, interval)
+        bench.info.update(threshold=probe.metric.max, window=probe.window,
+                          min_samples=probe.min_samples)
+        deadline = time.monotonic() + args.timeout
+        for rel, stable, canary in held:
             if time.monotonic() > deadline:
                 break
-            queries = build_queries(metric, Revision(ns, rel.name, canary), window, min_samples)
+            queries = probe.queries(bench.ns, rel.name, canary)
             if not runs:
-                info["promql"] = {"value": queries.value, "samples": queries.samples}
+                bench.info["promql"] = {"value": queries.value, "samples": queries.samples}
             time.sleep(interval * args.phase)  # spread the breach over the analysis cycle
-            pods = cluster.core.list_namespaced_pod(
-                ns, label_selector=f"rollouts.inference.dev/rollout={rel.name},"
-                f"rollouts.inference.dev/revision={canary}").items
-            r = Run(rel.name, canary, stable, time.time(), [p.metadata.name for p in pods])
-            for p in pods:
-                cluster.core.patch_namespaced_pod(
-                    p.metadata.name, ns, {"metadata": {"annotations": {ANN_TTFT: "400"}}})
-            run_deadline = time.monotonic() + 6 * interval + 30
-            svc_c, svc_s = f"{rel.name}-{canary}", f"{rel.name}-{stable}"
-            while time.monotonic() < run_deadline and (r.visible_at is None
-                                                       or r.rollback_seen is None):
-                at = time.time()
-                if r.visible_at is None:
-                    try:
-                        value = prom_query(prom, queries.value, at)
-                        samples = (prom_query(prom, queries.samples, at)
-                                   if queries.samples else math.inf)
-                        r.prom_polls += 1
-                    except OSError:
-                        value = samples = None
-                    if value is not None and value > metric.max and (samples or 0) >= min_samples:
-                        r.visible_at, r.visible_value = at, value
-                if r.rollback_seen is None:
-                    for c in observer.snapshot():
-                        if (c.route == rel.name and c.hi >= r.annotated_at
-                                and c.before.get(svc_c, 0) > 0 and c.after.get(svc_c, 0) == 0
-                                and c.after.get(svc_s) == 100):
-                            r.rollback_seen, r.rollback_lo = c.hi, c.lo
-                            break
-                loads_1m.append(os.getloadavg()[0])
-                time.sleep(max(0.0, 0.25 - (time.time() - at)))
-            # The route is written before the status: give the status a moment to follow.
-            st = rel.status()
-            settle = time.monotonic() + 15
-            while not st.get("aborted") and r.rollback_seen and time.monotonic() < settle:
-                time.sleep(0.2)
-                st = rel.status()
-            res = (st.get("analysis") or {}).get(METRIC) or {}
-            r.reason, r.value = st.get("abortReason") or "", res.get("value")
-            r.measured_at = parse_iso(res.get("measuredAt"))
+            r = degrade(bench, rel, stable, canary)
+            watch_breach_and_rollback(bench, r, probe, queries, observer, interval, loads_1m)
+            record_verdict(rel, r)
             runs.append(r)
             n = r.intervals(interval)
             print(f"  run {len(runs)}: {rel.name} visible +"
@@ -203,16 +238,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         observer.stop()
         for load in loads:
             load.stop()
-        if args.keep:
-            op.stop()
-        else:
-            cleanup_namespace(cluster, ns, op)
+        bench.finish(args.keep)
+    return report(bench, runs, interval, loads_1m)
 
+
+def report(bench: Bench, runs: list[Run], interval: float,
+           loads_1m: list[float]) -> dict[str, Any]:
     done = [r for r in runs if r.intervals(interval) is not None]
     ivals = [r.intervals(interval) or 0.0 for r in done]
     return {
-        **info,
-        "duration_s": round(time.time() - started, 1),
+        **bench.info,
+        "duration_s": bench.elapsed(),
         "runs": len(runs),
         "complete_runs": len(done),
         "loadavg_1m_during_runs": {"mean": sum(loads_1m) / len(loads_1m) if loads_1m else None,

@@ -1,5 +1,6 @@
-"""Shared pieces of the benchmarks: paths, free ports, percentiles, and two independent observers
-(the HTTPRoutes of a namespace as the API server holds them, and the operator's /metrics).
+"""Shared pieces of the benchmarks: a run's namespace and operator (:class:`Bench`), percentiles,
+and independent observers (the HTTPRoutes of a namespace as the API server holds them, and the
+operator's /metrics).  The sandbox itself is driven through :mod:`irsandbox` like the tests.
 
 Every loop here is bounded (a stop event plus a hard deadline) and talks to loopback only.
 """
@@ -10,12 +11,13 @@ import json
 import math
 import os
 import platform
-import socket
 import subprocess
 import sys
 import threading
 import time
 import urllib.request
+import uuid
+from argparse import Namespace
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,15 +50,21 @@ def operator_source(ref: str = "HEAD") -> tuple[Path, str]:
 
 #: The operator code under test: the bench's own imports (PromQL, revision hashes) use it too.
 OPERATOR_SRC, OPERATOR_COMMIT = operator_source(os.environ.get("IR_BENCH_REF", "HEAD"))
-for _p in (OPERATOR_SRC, ROOT / "sandbox", ROOT):
+for _p in (OPERATOR_SRC, ROOT / "sandbox"):
     if str(_p) not in sys.path:
         sys.path.insert(0, str(_p))
 
-from kubernetes.client.exceptions import ApiException  # noqa: E402
-
-from irsandbox.harness import Cluster, OperatorProcess, wait_for  # noqa: E402
-
-ROUTE_GROUP, ROUTE_VERSION, ROUTE_PLURAL = "gateway.networking.k8s.io", "v1", "httproutes"
+from irsandbox.cluster import (  # noqa: E402
+    GROUP,
+    HTTPROUTE,
+    PLURAL,
+    VERSION,
+    Cluster,
+    ignore_status,
+)
+from irsandbox.common import free_port, sandbox_env, wait_for  # noqa: E402
+from irsandbox.harness import OperatorProcess  # noqa: E402
+from irsandbox.story import Release  # noqa: E402
 
 
 class BenchOperator(OperatorProcess):
@@ -64,40 +72,63 @@ class BenchOperator(OperatorProcess):
     commit) instead of the work tree."""
 
     def __init__(self, env: dict[str, str], src: Path = OPERATOR_SRC, **kw: Any) -> None:
-        super().__init__(env, **kw)
+        super().__init__(env, service_proxy=False, **kw)
         self.src = src
 
-    def start(self) -> None:
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        scope = [a for ns in self.namespaces or [] for a in ("--namespace", ns)]
-        cmd = [sys.executable, "-m", "inference_rollout", "operator", *scope,
-               "--log-format", "json", "--metrics-port", str(self.metrics_port),
-               "--liveness-port", str(self.liveness_port)]
+    def process_env(self) -> dict[str, str]:
         extra = os.environ.get("IR_BENCH_EXTRA_PYTHONPATH")  # e.g. a debugging sitecustomize
-        env = {**os.environ, **self.env,
-               "PYTHONPATH": f"{self.src}:{extra}" if extra else str(self.src)}
-        with self.log_path.open("ab") as log:
-            self.proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                         cwd=self.src.parent)
-        wait_for(self._live, 30, f"operator liveness on :{self.liveness_port} "
-                 f"(log: {self.log_path})")
+        return {**os.environ, **self.env,
+                "PYTHONPATH": f"{self.src}:{extra}" if extra else str(self.src)}
+
+    def start(self, cwd: Path | None = None) -> None:
+        super().start(cwd or self.src.parent)
+
+
+class Bench:
+    """One benchmark run on the sandbox: a namespace of its own (``bench-<kind>-<tag>``) and an
+    operator process (the exported commit) watching only it, on free ports.  ``info`` starts the
+    run's JSON result."""
+
+    def __init__(self, kind: str, args: Namespace, tag: str | None = None) -> None:
+        self.env = sandbox_env()
+        self.cluster = Cluster(self.env)
+        ensure_crd(self.cluster)
+        self.tag = tag or uuid.uuid4().hex[:6]
+        self.ns = f"bench-{kind}-{self.tag}"
+        self.op = BenchOperator(self.env, log_name=f"bench-{self.ns}", namespaces=[self.ns],
+                                metrics_port=free_port(), liveness_port=free_port())
+        self.info: dict[str, Any] = {"namespace": self.ns, "machine": machine(),
+                                     "args": vars(args), "operator_commit": OPERATOR_COMMIT}
+        self.started = time.time()
+        print(f"namespace {self.ns}; operator {OPERATOR_COMMIT[:12]}; log {self.op.log_path}",
+              flush=True)
+        self.cluster.create_namespace(self.ns)
+
+    def release(self, manifest: dict[str, Any]) -> Release:
+        return Release(self.cluster, self.op, self.ns, manifest)
+
+    def observer_client(self) -> Cluster:
+        """A client of its own, for an observer thread."""
+        return Cluster(self.env)
+
+    def elapsed(self) -> float:
+        return round(time.time() - self.started, 1)
+
+    def finish(self, keep: bool = False, **cleanup: Any) -> bool:
+        """Stop the operator; unless ``keep``, delete the namespace (see
+        :func:`cleanup_namespace`).  True when the namespace is gone (or kept)."""
+        if keep:
+            self.op.stop()
+            return True
+        return cleanup_namespace(self.cluster, self.ns, self.op, **cleanup)
 
 
 def ensure_crd(cluster: Cluster) -> None:
     """Install the CRD only if the sandbox has none: other engineers' runs may be using a newer
     one from their work tree, and re-applying ours would change it under them."""
-    try:
-        cluster.ext.read_custom_resource_definition("inferencerollouts.rollouts.inference.dev")
-    except ApiException as e:
-        if e.status != 404:
-            raise
+    if ignore_status(404, cluster.ext.read_custom_resource_definition,
+                     "inferencerollouts.rollouts.inference.dev") is None:
         cluster.install_crd()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -167,39 +198,79 @@ class RouteChange:
 
 
 @dataclass
-class RouteObserver:
-    """LIST the namespace's HTTPRoutes every ``period`` seconds (one request for all of them) and
-    record every change of weights, with the poll bounds around it.  Its own API client."""
+class Background:
+    """A daemon thread running ``_run`` until :meth:`stop` or ``max_seconds``, counting the
+    ``errors`` it outlived."""
 
-    cluster: Cluster
-    namespace: str
-    period: float = 0.02
-    max_seconds: float = 3600.0
-    changes: list[RouteChange] = field(default_factory=list)
-    polls: int = 0
-    rtts: list[float] = field(default_factory=list)
-    errors: int = 0
+    max_seconds: float = field(default=3600.0, kw_only=True)
+    errors: int = field(default=0, kw_only=True)
 
     def __post_init__(self) -> None:
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True, name="route-observer")
-        self._lock = threading.Lock()
-        self.current: dict[str, dict[str, int]] = {}
+        self._thread = threading.Thread(target=self._run, daemon=True, name=type(self).__name__)
+
+    def _run(self) -> None:
+        raise NotImplementedError
+
+    def join_timeout(self) -> float:
+        return 10.0
 
     def start(self) -> None:
         self._thread.start()
 
     def stop(self) -> None:
         self._stop.set()
-        self._thread.join(10)
+        if self._thread.ident is not None:  # started (a run that failed first never was)
+            self._thread.join(self.join_timeout())
+
+
+def route_weights(obj: dict[str, Any]) -> dict[str, int]:
+    """An HTTPRoute's backend weights by name (its first rule)."""
+    rules = obj.get("spec", {}).get("rules") or [{}]
+    return {r["name"]: int(r.get("weight", 1)) for r in rules[0].get("backendRefs") or []}
+
+
+@dataclass
+class RouteRecorder(Background):
+    """Records each change of a route's weights (:class:`RouteChange`), thread-safely."""
+
+    changes: list[RouteChange] = field(default_factory=list, kw_only=True)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self._lock = threading.Lock()
+        self.current: dict[str, dict[str, int]] = {}
 
     def snapshot(self) -> list[RouteChange]:
         with self._lock:
             return list(self.changes)
 
+    def _saw(self, name: str, weights: dict[str, int], lo: float, hi: float,
+             managed: Any = None) -> None:
+        """The route ``name`` holds ``weights`` as of a read sent at ``lo`` and back at ``hi``;
+        ``managed`` (called only on a change) gives the managedFields time."""
+        before = self.current.get(name)
+        if before is not None and before != weights:
+            with self._lock:
+                self.changes.append(RouteChange(name, lo, hi, before, weights,
+                                                managed() if managed else None))
+        self.current[name] = weights
+
+
+@dataclass
+class RouteObserver(RouteRecorder):
+    """LIST the namespace's HTTPRoutes every ``period`` seconds (one request for all of them) and
+    record every change of weights, with the poll bounds around it.  Its own API client."""
+
+    cluster: Cluster
+    namespace: str
+    period: float = 0.02
+    polls: int = 0
+    rtts: list[float] = field(default_factory=list)
+
     def _list(self) -> list[dict[str, Any]]:
         resp = self.cluster.custom.list_namespaced_custom_object(
-            ROUTE_GROUP, ROUTE_VERSION, self.namespace, ROUTE_PLURAL, _preload_content=False,
+            *HTTPROUTE[:2], self.namespace, HTTPROUTE[2], _preload_content=False,
             _request_timeout=2)
         return list(json.loads(resp.data).get("items") or [])
 
@@ -219,52 +290,30 @@ class RouteObserver:
             if len(self.rtts) < 200_000:
                 self.rtts.append(got - sent)
             for obj in items:
-                name = obj["metadata"]["name"]
-                rules = obj.get("spec", {}).get("rules") or [{}]
-                weights = {r["name"]: int(r.get("weight", 1))
-                           for r in rules[0].get("backendRefs") or []}
-                before = self.current.get(name)
-                if before is not None and before != weights:
-                    managed = next((m.get("time") for m in obj["metadata"].get("managedFields")
-                                    or [] if m.get("manager") == "inference-rollout"
-                                    and not m.get("subresource")), None)
-                    with self._lock:
-                        self.changes.append(RouteChange(name, last_sent, got, before, weights,
-                                                        managed))
-                self.current[name] = weights
+                self._saw(obj["metadata"]["name"], route_weights(obj), last_sent, got,
+                          lambda obj=obj: _operator_write_time(obj))
             last_sent = sent
             self._stop.wait(max(0.0, self.period - (time.time() - sent)))
 
 
+def _operator_write_time(obj: dict[str, Any]) -> str | None:
+    """The managedFields time of the operator's spec write (whole seconds)."""
+    return next((m.get("time") for m in obj["metadata"].get("managedFields") or []
+                 if m.get("manager") == "inference-rollout" and not m.get("subresource")), None)
+
+
 @dataclass
-class RouteWatcher:
+class RouteWatcher(RouteRecorder):
     """A WATCH on the namespace's HTTPRoutes: each change of weights with the time its event
     arrived (an upper bound of when the write landed, without a polling gap).  Re-watches from
     the last resourceVersion every ``chunk`` seconds (the server closes the stream)."""
 
     cluster: Cluster
     namespace: str
-    max_seconds: float = 3600.0
     chunk: int = 30
-    changes: list[RouteChange] = field(default_factory=list)
-    errors: int = 0
 
-    def __post_init__(self) -> None:
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True, name="route-watcher")
-        self._lock = threading.Lock()
-        self.current: dict[str, dict[str, int]] = {}
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(self.chunk + 5)
-
-    def snapshot(self) -> list[RouteChange]:
-        with self._lock:
-            return list(self.changes)
+    def join_timeout(self) -> float:
+        return self.chunk + 5
 
     def _run(self) -> None:
         deadline = time.monotonic() + self.max_seconds
@@ -277,7 +326,7 @@ class RouteWatcher:
                 if rv:
                     kw["resource_version"] = rv
                 resp = self.cluster.custom.list_namespaced_custom_object(
-                    ROUTE_GROUP, ROUTE_VERSION, self.namespace, ROUTE_PLURAL, **kw)
+                    *HTTPROUTE[:2], self.namespace, HTTPROUTE[2], **kw)
                 buf = b""
                 for chunk in resp.stream(4096, decode_content=True):
                     got = time.time()
@@ -296,17 +345,9 @@ class RouteWatcher:
 
     def _event(self, ev: dict[str, Any], got: float) -> str:
         obj = ev.get("object") or {}
-        if ev.get("type") not in ("ADDED", "MODIFIED"):
-            return str((obj.get("metadata") or {}).get("resourceVersion") or "")
-        name = obj["metadata"]["name"]
-        rules = obj.get("spec", {}).get("rules") or [{}]
-        weights = {r["name"]: int(r.get("weight", 1)) for r in rules[0].get("backendRefs") or []}
-        before = self.current.get(name)
-        if before is not None and before != weights:
-            with self._lock:
-                self.changes.append(RouteChange(name, got, got, before, weights, None))
-        self.current[name] = weights
-        return str(obj["metadata"].get("resourceVersion") or "")
+        if ev.get("type") in ("ADDED", "MODIFIED"):
+            self._saw(obj["metadata"]["name"], route_weights(obj), got, got)
+        return str((obj.get("metadata") or {}).get("resourceVersion") or "")
 
 
 # --- the operator's /metrics, polled ----------------------------------------------------------
@@ -343,7 +384,7 @@ def histogram(text: str, name: str) -> tuple[int, float, dict[str, int]]:
 
 
 @dataclass
-class MetricsPoller:
+class MetricsPoller(Background):
     """Scrape the operator's /metrics every ``period`` seconds and record each increment of one
     histogram.  With a short period most increments are single observations, whose exact value
     is the increment of ``_sum`` (the text format prints ``%g``: 6 significant digits)."""
@@ -351,20 +392,7 @@ class MetricsPoller:
     port: int
     name: str
     period: float = 0.025
-    max_seconds: float = 3600.0
     steps: list[HistogramStep] = field(default_factory=list)
-    errors: int = 0
-
-    def __post_init__(self) -> None:
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True, name="metrics-poller")
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(10)
 
     def _run(self) -> None:
         deadline = time.monotonic() + self.max_seconds
@@ -396,17 +424,9 @@ def rss_mib(pid: int) -> float:
 
 def strip_finalizers(cluster: Cluster, ns: str) -> None:
     """Remove the operator's finalizer from every rollout left in ``ns`` (the bench's own)."""
-    from irsandbox.harness import GROUP, PLURAL, VERSION
-
-    items = cluster.custom.list_namespaced_custom_object(GROUP, VERSION, ns, PLURAL)["items"]
-    for obj in items:
-        try:
-            cluster.custom.patch_namespaced_custom_object(
-                GROUP, VERSION, ns, PLURAL, obj["metadata"]["name"],
-                {"metadata": {"finalizers": None}})
-        except ApiException as e:
-            if e.status != 404:
-                raise
+    for obj in cluster.rollouts(ns):
+        ignore_status(404, cluster.custom.patch_namespaced_custom_object, GROUP, VERSION, ns,
+                      PLURAL, obj["metadata"]["name"], {"metadata": {"finalizers": None}})
 
 
 def cleanup_namespace(cluster: Cluster, ns: str, op: OperatorProcess,
@@ -428,7 +448,7 @@ def cleanup_namespace(cluster: Cluster, ns: str, op: OperatorProcess,
     else:
         cluster.delete_namespace(ns)
         try:
-            wait_for(gone, timeout, f"namespace {ns} deleted", interval=2)
+            wait_for(gone, timeout, f"namespace {ns} deleted", interval=2, tolerate=())
             return True
         except TimeoutError:
             pass
@@ -436,7 +456,7 @@ def cleanup_namespace(cluster: Cluster, ns: str, op: OperatorProcess,
             op.stop()
         strip_finalizers(cluster, ns)
     try:
-        wait_for(gone, max(60.0, timeout), f"namespace {ns} deleted", interval=2)
+        wait_for(gone, max(60.0, timeout), f"namespace {ns} deleted", interval=2, tolerate=())
         return True
     except TimeoutError:
         return False

@@ -36,32 +36,27 @@ import argparse
 import contextlib
 import os
 import time
-import uuid
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from common import (
-    OPERATOR_COMMIT,
-    BenchOperator,
+    Bench,
     HistogramStep,
     MetricsPoller,
     RouteChange,
     RouteObserver,
     RouteWatcher,
-    cleanup_namespace,
-    ensure_crd,
     fmt_ms,
-    free_port,
-    machine,
     parse_iso,
     save,
     summary,
 )
 from kubernetes.client.exceptions import ApiException
-from tests.e2e.scenario import BackgroundLoad, Release, rollout, with_template
 
 from inference_rollout.core.revision import template_hash
-from irsandbox.harness import Cluster, sandbox_env, summary_line
+from irsandbox.harness import BackgroundLoad, summary_line
+from irsandbox.manifests import sandbox_rollout, with_template
+from irsandbox.story import Release
 
 HIST = "inference_rollout_decision_to_write_seconds"
 METRIC = "slo-ttft-p99"
@@ -94,8 +89,8 @@ class Rollback:
 
 
 def manifest(name: str, prometheus: str) -> dict[str, Any]:
-    return rollout(name, replicas=1, gpus=0, prometheus=prometheus, steps=STEPS, metrics=[],
-                   analysis={"slo": {"ttftP99": "100ms"}})
+    return sandbox_rollout(name, replicas=1, gpus=0, prometheus=prometheus, steps=STEPS,
+                           metrics=[], analysis={"slo": {"ttftP99": "100ms"}})
 
 
 def first_flip(rb: Rollback, changes: list[RouteChange]) -> RouteChange | None:
@@ -178,103 +173,119 @@ class Slot:
     since: float = 0.0
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
-    env = sandbox_env()
-    cluster = Cluster(env)
-    ensure_crd(cluster)
-    ns = f"bench-rb-{uuid.uuid4().hex[:6]}"
-    op = BenchOperator(env, log_name=f"bench-{ns}", namespaces=[ns],
-                       metrics_port=free_port(), liveness_port=free_port())
-    observer = RouteObserver(Cluster(env), ns, period=0.02, max_seconds=args.timeout + 60)
-    watcher = RouteWatcher(Cluster(env), ns, max_seconds=args.timeout + 60)
-    poller = MetricsPoller(op.metrics_port, HIST, period=args.scrape_period,
-                           max_seconds=args.timeout + 60)
-    loads_1m: list[float] = []
-    rollbacks: list[Rollback] = []
-    stuck: list[str] = []
-    started = time.time()
-    info: dict[str, Any] = {"namespace": ns, "machine": machine(), "args": vars(args),
-                            "operator_commit": OPERATOR_COMMIT}
-    print(f"namespace {ns}; operator {OPERATOR_COMMIT[:12]}; log {op.log_path}", flush=True)
-    cluster.create_namespace(ns)
-    slots = [Slot(i) for i in range(args.rollouts)]
-    launched = 0
+class Lanes:
+    """``--rollouts`` lanes driven in turn until ``--rollbacks`` rollbacks were seen."""
 
-    def new_rollout(slot: Slot) -> None:
-        nonlocal launched
+    def __init__(self, bench: Bench, args: argparse.Namespace) -> None:
+        self.bench, self.args = bench, args
+        self.slots = [Slot(i) for i in range(args.rollouts)]
+        self.launched = 0
+        self.rollbacks: list[Rollback] = []
+        self.stuck: list[str] = []
+        self.loads_1m: list[float] = []
+
+    def new_rollout(self, slot: Slot) -> None:
         slot.cycle += 1
-        launched += 1
-        slot.rel = Release(cluster, op, ns, manifest(f"rb{slot.index}-{slot.cycle}",
-                                                     env["PROMETHEUS_URL"]))
+        self.launched += 1
+        slot.rel = self.bench.release(manifest(f"rb{slot.index}-{slot.cycle}",
+                                               self.bench.env["PROMETHEUS_URL"]))
         slot.rel.apply()
         slot.expected, slot.since = "", time.monotonic()
 
-    def retire(slot: Slot) -> None:
+    def retire(self, slot: Slot) -> None:
         if slot.load is not None:
             slot.load.stop()
             slot.load = None
         if slot.rel is not None:
             with contextlib.suppress(ApiException):
-                cluster.delete_rollout(ns, slot.rel.name)
+                self.bench.cluster.delete_rollout(self.bench.ns, slot.rel.name)
             slot.rel = None
 
+    def release_bad_canary(self, slot: Slot, rel: Release) -> None:
+        """v1 is Healthy: load on its host, then v2 with a 400 ms time to first token."""
+        slot.load = BackgroundLoad(self.bench.env, rel.host, rate=self.args.rate, seconds=300)
+        rel.apply(with_template(rel.manifest, version="v2", ttft_ms=400))
+        slot.expected = template_hash(rel.manifest["spec"]["template"])
+        slot.since = time.monotonic()
+
+    def record_rollback(self, slot: Slot, rel: Release, st: dict[str, Any]) -> None:
+        res = (st.get("analysis") or {}).get(METRIC) or {}
+        rb = Rollback(rel.name, slot.expected, st.get("stableRevision", ""),
+                      st.get("abortReason", ""), parse_iso(res.get("measuredAt")),
+                      parse_iso(st.get("abortedAt")), res.get("value"))
+        self.rollbacks.append(rb)
+        print(f"  rollback {len(self.rollbacks):3d}: {rel.name} {rb.canary} "
+              f"{rb.reason} ttft p99={rb.value}", flush=True)
+        time.sleep(0.2)  # let the observers see the route before the rollout goes
+        self.retire(slot)
+        if self.launched < self.args.rollbacks:
+            self.new_rollout(slot)
+
+    def step(self, slot: Slot) -> None:
+        """Move one lane on: release its canary, record its rollback, or give up on it."""
+        rel = slot.rel
+        if rel is None:
+            return
+        st = rel.status()
+        if not slot.expected:  # v1 coming up
+            if st.get("phase") == "Healthy" and not st.get("canaryRevision"):
+                self.release_bad_canary(slot, rel)
+        elif st.get("canaryRevision") == slot.expected and st.get("aborted"):
+            self.record_rollback(slot, rel, st)
+            return
+        if time.monotonic() - slot.since > self.args.cycle_timeout:
+            self.stuck.append(f"{rel.name}: {summary_line(st)} / {st.get('message')}")
+            print(f"  stuck: {self.stuck[-1]}", flush=True)
+            self.retire(slot)
+            self.new_rollout(slot)
+
+    def drive(self) -> None:
+        for slot in self.slots:
+            self.new_rollout(slot)
+        deadline = time.monotonic() + self.args.timeout
+        while len(self.rollbacks) < self.args.rollbacks and time.monotonic() < deadline:
+            for slot in self.slots:
+                self.step(slot)
+            self.loads_1m.append(os.getloadavg()[0])
+            time.sleep(0.3)
+        time.sleep(1.5)  # the last observations reach the observers
+
+    def stop_loads(self) -> None:
+        for slot in self.slots:
+            if slot.load is not None:
+                slot.load.stop()
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    bench = Bench("rb", args)
+    observer = RouteObserver(bench.observer_client(), bench.ns, period=0.02,
+                             max_seconds=args.timeout + 60)
+    watcher = RouteWatcher(bench.observer_client(), bench.ns, max_seconds=args.timeout + 60)
+    poller = MetricsPoller(bench.op.metrics_port, HIST, period=args.scrape_period,
+                           max_seconds=args.timeout + 60)
+    lanes = Lanes(bench, args)
     try:
-        op.start()
-        info["operator_pid"] = op.proc.pid if op.proc else None
+        bench.op.start()
+        bench.info["operator_pid"] = bench.op.proc.pid if bench.op.proc else None
         observer.start()
         watcher.start()
         poller.start()
-        for slot in slots:
-            new_rollout(slot)
-        deadline = time.monotonic() + args.timeout
-        while len(rollbacks) < args.rollbacks and time.monotonic() < deadline:
-            for slot in slots:
-                rel = slot.rel
-                if rel is None:
-                    continue
-                st = rel.status()
-                if not slot.expected:  # v1 coming up
-                    if st.get("phase") == "Healthy" and not st.get("canaryRevision"):
-                        slot.load = BackgroundLoad(env, rel.host, rate=args.rate, seconds=300)
-                        rel.apply(with_template(rel.manifest, version="v2", ttft_ms=400))
-                        slot.expected = template_hash(rel.manifest["spec"]["template"])
-                        slot.since = time.monotonic()
-                elif st.get("canaryRevision") == slot.expected and st.get("aborted"):
-                    res = (st.get("analysis") or {}).get(METRIC) or {}
-                    rb = Rollback(rel.name, slot.expected, st.get("stableRevision", ""),
-                                  st.get("abortReason", ""), parse_iso(res.get("measuredAt")),
-                                  parse_iso(st.get("abortedAt")), res.get("value"))
-                    rollbacks.append(rb)
-                    print(f"  rollback {len(rollbacks):3d}: {rel.name} {rb.canary} "
-                          f"{rb.reason} ttft p99={rb.value}", flush=True)
-                    time.sleep(0.2)  # let the observers see the route before the rollout goes
-                    retire(slot)
-                    if launched < args.rollbacks:
-                        new_rollout(slot)
-                    continue
-                if time.monotonic() - slot.since > args.cycle_timeout:
-                    stuck.append(f"{rel.name}: {summary_line(st)} / {st.get('message')}")
-                    print(f"  stuck: {stuck[-1]}", flush=True)
-                    retire(slot)
-                    new_rollout(slot)
-            loads_1m.append(os.getloadavg()[0])
-            time.sleep(0.3)
-        time.sleep(1.5)  # the last observations reach the observers
+        lanes.drive()
     finally:
         observer.stop()
         watcher.stop()
         poller.stop()
-        for slot in slots:
-            if slot.load is not None:
-                slot.load.stop()
-        if args.keep:
-            op.stop()
-        else:
-            cleanup_namespace(cluster, ns, op)
+        lanes.stop_loads()
+        bench.finish(args.keep)
+    return report(bench, lanes, observer, watcher, poller)
 
-    changes = observer.snapshot()
+
+def report(bench: Bench, lanes: Lanes, observer: RouteObserver, watcher: RouteWatcher,
+           poller: MetricsPoller) -> dict[str, Any]:
+    """Match every AnalysisFailed rollback to what the observers saw, and summarise."""
+    rollbacks = lanes.rollbacks
     failed = [rb for rb in rollbacks if rb.reason == "AnalysisFailed" and rb.measured_at]
-    watched = watcher.snapshot()
+    changes, watched = observer.snapshot(), watcher.snapshot()
     for rb in failed:
         match_route(rb, changes, watched)
     gaps = match_histogram(failed, poller.steps)
@@ -289,13 +300,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                      and rb.seen_hi is not None and rb.seen_lo is not None
                      and rb.managed_time <= rb.seen_hi and rb.seen_lo < rb.managed_time + 1)
     rtts = sorted(observer.rtts)
-    result = {
-        **info,
-        "duration_s": round(time.time() - started, 1),
+    loads_1m = lanes.loads_1m
+    return {
+        **bench.info,
+        "duration_s": bench.elapsed(),
         "rollbacks": len(rollbacks),
         "analysis_failed_rollbacks": len(failed),
         "other_reasons": [rb.reason for rb in rollbacks if rb not in failed],
-        "stuck": stuck,
+        "stuck": lanes.stuck,
         "observed_verdict_to_route_ms": summary(observed),
         "observed_lower_bound_ms": summary(lower),
         "watch_verdict_to_route_ms": summary(by_watch),
@@ -317,7 +329,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                            "errors": poller.errors},
         "per_rollback": [asdict(rb) | {"observed_s": rb.observed} for rb in rollbacks],
     }
-    return result
 
 
 def main() -> None:

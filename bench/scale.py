@@ -31,28 +31,22 @@ import argparse
 import math
 import os
 import time
-import uuid
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from common import (
-    OPERATOR_COMMIT,
-    BenchOperator,
-    cleanup_namespace,
-    ensure_crd,
-    free_port,
+    Bench,
     histogram,
-    machine,
     parse_iso,
     percentile,
     rss_mib,
     save,
-    scrape,
 )
-from kubernetes.client.exceptions import ApiException
 
 from inference_rollout.api.duration import parse_duration
-from irsandbox.harness import GROUP, PLURAL, VERSION, Cluster, sandbox_env, wait_for
+from irsandbox.cluster import GROUP, PLURAL, VERSION, Cluster, ignore_status
+from irsandbox.common import wait_for
+from irsandbox.manifests import KWOK_TOLERATION, container, inference_rollout
 
 TAINT = "bench.inference.dev/scale"
 LAG = "inference_rollout_reconcile_lag_seconds"
@@ -81,51 +75,33 @@ def create_nodes(cluster: Cluster, tag: str, count: int) -> list[str]:
 
 def delete_nodes(cluster: Cluster, names: list[str]) -> None:
     for name in names:
-        try:
-            cluster.core.delete_node(name)
-        except ApiException as e:
-            if e.status != 404:
-                raise
+        ignore_status(404, cluster.core.delete_node, name)
 
 
 def manifest(name: str, ns: str, tag: str, prometheus: str, interval: str,
              image: str = "registry.k8s.io/pause:3.10") -> dict[str, Any]:
-    return {
-        "apiVersion": f"{GROUP}/{VERSION}", "kind": "InferenceRollout",
-        "metadata": {"name": name, "namespace": ns},
-        "spec": {
-            "replicas": 1,
-            "template": {
-                "metadata": {"labels": {"app": name}},
-                "spec": {
-                    "containers": [{"name": "app", "image": image,
-                                    "ports": [{"name": "http", "containerPort": 8000}]}],
-                    "nodeSelector": {TAINT: tag},
-                    "tolerations": [
-                        {"key": TAINT, "operator": "Equal", "value": tag,
-                         "effect": "NoSchedule"},
-                        {"key": "kwok.x-k8s.io/node", "operator": "Exists",
-                         "effect": "NoSchedule"}],
-                },
-            },
-            "traffic": {"gatewayAPI": {"parentRefs": [{"name": "sandbox"}],
-                                       "hostnames": [f"{name}.{ns}.test"]}},
-            "strategy": {"steps": [{"weight": 50, "pause": "24h"}, {"weight": 100}],
-                         "progressDeadline": "20m"},
-            "analysis": {
-                "interval": interval,
-                "prometheus": {"address": prometheus, "timeout": "5s", "scrapeInterval": "1s"},
-                "minSamples": 0,
-                "metrics": [{"name": "const", "query": "vector(1)", "max": 2}],
-            },
-        },
-    }
+    """A rollout of pods without a vLLM container on this run's nodes, held at 50 % for 24 h,
+    analysed every ``interval`` with one constant metric."""
+    m = inference_rollout(
+        name, replicas=1, containers=[container(name="app", image=image)],
+        pod={"nodeSelector": {TAINT: tag},
+             "tolerations": [{"key": TAINT, "operator": "Equal", "value": tag,
+                              "effect": "NoSchedule"}, dict(KWOK_TOLERATION)]},
+        traffic={"gatewayAPI": {"parentRefs": [{"name": "sandbox"}],
+                                "hostnames": [f"{name}.{ns}.test"]}},
+        strategy={"steps": [{"weight": 50, "pause": "24h"}, {"weight": 100}],
+                  "progressDeadline": "20m"},
+        analysis={"interval": interval,
+                  "prometheus": {"address": prometheus, "timeout": "5s", "scrapeInterval": "1s"},
+                  "minSamples": 0,
+                  "metrics": [{"name": "const", "query": "vector(1)", "max": 2}]})
+    m["metadata"]["namespace"] = ns
+    return m
 
 
 def list_status(cluster: Cluster, ns: str) -> dict[str, dict[str, Any]]:
-    items = cluster.custom.list_namespaced_custom_object(GROUP, VERSION, ns, PLURAL,
-                                                         _request_timeout=60)["items"]
-    return {i["metadata"]["name"]: i.get("status") or {} for i in items}
+    return {i["metadata"]["name"]: i.get("status") or {}
+            for i in cluster.rollouts(ns, _request_timeout=60)}
 
 
 def cpu_seconds(pid: int) -> float:
@@ -145,122 +121,123 @@ def bucket_quantile(before: dict[str, int], after: dict[str, int], q: float) -> 
     return "+Inf", total
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
-    env = sandbox_env()
-    cluster = Cluster(env)
-    ensure_crd(cluster)
+def healthy(st: dict[str, Any]) -> bool:
+    return bool(st.get("phase") == "Healthy" and st.get("stableRevision")
+                and not st.get("canaryRevision"))
+
+
+def held(st: dict[str, Any]) -> bool:
+    return bool(st.get("canaryWeight") == 50 and (st.get("analysis") or {})
+                .get("const", {}).get("verdict") == "Pass")
+
+
+class Fleet:
+    """The run's N rollouts, created and released ``--batch`` at a time."""
+
+    def __init__(self, bench: Bench, args: argparse.Namespace) -> None:
+        self.bench, self.args = bench, args
+        self.names = [f"s{i}" for i in range(args.rollouts)]
+
+    def manifest(self, name: str, **kw: Any) -> dict[str, Any]:
+        return manifest(name, self.bench.ns, self.bench.tag, self.bench.env["PROMETHEUS_URL"],
+                        self.args.interval, **kw)
+
+    def create(self, name: str) -> None:
+        self.bench.cluster.custom.create_namespaced_custom_object(
+            GROUP, VERSION, self.bench.ns, PLURAL, self.manifest(name))
+
+    def release(self, name: str) -> None:
+        self.bench.cluster.custom.patch_namespaced_custom_object(
+            GROUP, VERSION, self.bench.ns, PLURAL, name,
+            {"spec": {"template": self.manifest(
+                name, image="registry.k8s.io/pause:3.9")["spec"]["template"]}})
+
+    def ramp(self, action: Any, pred: Any, what: str) -> float:
+        """Apply ``action`` to the rollouts ``--batch`` at a time, each batch once the previous
+        ones satisfy ``pred`` (a rollout waiting for its pods is reconciled every 2 s: hundreds
+        at once would be a herd, see docs/benchmarks.md).  Returns the seconds it took."""
+        t = time.time()
+        for k in range(0, len(self.names), self.args.batch):
+            with ThreadPoolExecutor(4) as pool:
+                list(pool.map(action, self.names[k:k + self.args.batch]))
+            upto = set(self.names[:k + self.args.batch])
+
+            def ready(upto: set[str] = upto) -> bool:
+                statuses = list_status(self.bench.cluster, self.bench.ns)
+                n = sum(1 for name, st in statuses.items() if name in upto and pred(st))
+                print(f"    {what}: {n}/{len(upto)} of {len(self.names)}", flush=True)
+                return n == len(upto)
+
+            wait_for(ready, self.args.setup_timeout, what, interval=5, tolerate=())
+        return round(time.time() - t, 1)
+
+
+def measure_steady_state(bench: Bench, args: argparse.Namespace, pid: int) -> dict[str, Any]:
+    """RSS and load every 5 s, every rollout's analysis age every 15 s, and the reconcile lag
+    histogram's increase over ``--measure`` seconds."""
     interval = parse_duration(args.interval)
-    tag = uuid.uuid4().hex[:6]
-    ns = f"bench-scale-{tag}"
-    op = BenchOperator(env, log_name=f"bench-{ns}", namespaces=[ns],
-                       metrics_port=free_port(), liveness_port=free_port())
-    info: dict[str, Any] = {"namespace": ns, "machine": machine(), "args": vars(args),
-                            "operator_commit": OPERATOR_COMMIT}
-    print(f"namespace {ns}; operator {OPERATOR_COMMIT[:12]}; log {op.log_path}", flush=True)
+    _, _, lag0 = histogram(bench.op.metrics(timeout=10), LAG)
+    cpu0, m0 = cpu_seconds(pid), time.monotonic()
+    rss, loads, ages, stale_max = [], [], [], []
+    late = 0
+    next_list = 0.0
+    end = time.monotonic() + args.measure
+    while time.monotonic() < end:
+        rss.append(rss_mib(pid))
+        loads.append(os.getloadavg()[0])
+        if time.monotonic() >= next_list:
+            next_list = time.monotonic() + 15
+            now = time.time()
+            sample = [now - (parse_iso((st.get("analysis") or {}).get("const", {})
+                                       .get("measuredAt")) or 0)
+                      for st in list_status(bench.cluster, bench.ns).values()]
+            ages += sample
+            stale_max.append(max(sample))
+            late += sum(1 for a in sample if a > interval + 2)
+        time.sleep(5)
+    text1 = bench.op.metrics(timeout=10)
+    lag_count1, _, lag1 = histogram(text1, LAG)
+    cpu = (cpu_seconds(pid) - cpu0) / (time.monotonic() - m0)
+    p50, n_lag = bucket_quantile(lag0, lag1, 0.50)
+    p99, _ = bucket_quantile(lag0, lag1, 0.99)
+    errors = [line for line in text1.splitlines()
+              if line.startswith("inference_rollout_reconcile_errors_total")]
+    return {
+        "rollouts": args.rollouts,
+        "interval_s": interval,
+        "measure_s": args.measure,
+        "rss_mib": {"idle": bench.info["rss_idle_mib"], "max": max(rss), "last": rss[-1]},
+        "cpu_cores": round(cpu, 3),
+        "reconcile_lag": {"observations": n_lag, "per_second": round(n_lag / args.measure, 2),
+                          "p50_le_s": p50, "p99_le_s": p99,
+                          "buckets_before": lag0, "buckets_after": lag1,
+                          "count_total": lag_count1},
+        "analysis_age_s": {"samples": len(ages), "p50": percentile(ages, 50),
+                           "p99": percentile(ages, 99), "max": max(ages, default=math.nan),
+                           "over_interval_plus_2s": late},
+        "loadavg_1m": {"mean": sum(loads) / len(loads), "max": max(loads)},
+        "reconcile_errors": errors,
+    }
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    bench = Bench("scale", args)
     nodes: list[str] = []
-    cluster.create_namespace(ns)
     try:
-        nodes = create_nodes(cluster, tag, max(1, math.ceil(2 * args.rollouts / 500)))
-        op.start()
-        assert op.proc is not None
-        pid = op.proc.pid
+        nodes = create_nodes(bench.cluster, bench.tag, max(1, math.ceil(2 * args.rollouts / 500)))
+        bench.op.start()
+        assert bench.op.proc is not None
+        pid = bench.op.proc.pid
         time.sleep(2)
-        info["rss_idle_mib"] = rss_mib(pid)
-        names = [f"s{i}" for i in range(args.rollouts)]
-
-        def create(name: str) -> None:
-            cluster.custom.create_namespaced_custom_object(
-                GROUP, VERSION, ns, PLURAL,
-                manifest(name, ns, tag, env["PROMETHEUS_URL"], args.interval))
-
-        def statuses() -> dict[str, dict[str, Any]]:
-            return list_status(cluster, ns)
-
-        def healthy(st: dict[str, Any]) -> bool:
-            return bool(st.get("phase") == "Healthy" and st.get("stableRevision")
-                        and not st.get("canaryRevision"))
-
-        def held(st: dict[str, Any]) -> bool:
-            return bool(st.get("canaryWeight") == 50 and (st.get("analysis") or {})
-                        .get("const", {}).get("verdict") == "Pass")
-
-        def release(name: str) -> None:
-            cluster.custom.patch_namespaced_custom_object(
-                GROUP, VERSION, ns, PLURAL, name,
-                {"spec": {"template": manifest(name, ns, tag, env["PROMETHEUS_URL"],
-                                               args.interval, image="registry.k8s.io/pause:3.9"
-                                               )["spec"]["template"]}})
-
-        def ramp(action: Any, pred: Any, what: str) -> float:
-            """Apply ``action`` to the rollouts ``--batch`` at a time, each batch once the
-            previous ones satisfy ``pred`` (a rollout waiting for its pods is reconciled every
-            2 s: hundreds at once would be a herd, see docs/benchmarks.md)."""
-            t = time.time()
-            for k in range(0, len(names), args.batch):
-                with ThreadPoolExecutor(4) as pool:
-                    list(pool.map(action, names[k:k + args.batch]))
-                upto = set(names[:k + args.batch])
-
-                def ready(upto: set[str] = upto) -> bool:
-                    n = sum(1 for name, st in statuses().items() if name in upto and pred(st))
-                    print(f"    {what}: {n}/{len(upto)} of {len(names)}", flush=True)
-                    return n == len(upto)
-
-                wait_for(ready, args.setup_timeout, what, interval=5)
-            return round(time.time() - t, 1)
-
-        info["first_release_s"] = ramp(create, healthy, "Healthy")
-        info["second_release_s"] = ramp(release, held, "at 50% with a Pass")
-
-        # --- steady state -----------------------------------------------------------------
-        text0 = scrape(op.metrics_port, timeout=10)
-        _, _, lag0 = histogram(text0, LAG)
-        cpu0, m0 = cpu_seconds(pid), time.monotonic()
-        rss, loads, ages, stale_max = [], [], [], []
-        late = 0
-        next_list = 0.0
-        end = time.monotonic() + args.measure
-        while time.monotonic() < end:
-            rss.append(rss_mib(pid))
-            loads.append(os.getloadavg()[0])
-            if time.monotonic() >= next_list:
-                next_list = time.monotonic() + 15
-                now = time.time()
-                sample = [now - (parse_iso((st.get("analysis") or {}).get("const", {})
-                                           .get("measuredAt")) or 0)
-                          for st in list_status(cluster, ns).values()]
-                ages += sample
-                stale_max.append(max(sample))
-                late += sum(1 for a in sample if a > interval + 2)
-            time.sleep(5)
-        text1 = scrape(op.metrics_port, timeout=10)
-        lag_count1, _, lag1 = histogram(text1, LAG)
-        cpu = (cpu_seconds(pid) - cpu0) / (time.monotonic() - m0)
-        p50, n_lag = bucket_quantile(lag0, lag1, 0.50)
-        p99, _ = bucket_quantile(lag0, lag1, 0.99)
-        errors = [line for line in text1.splitlines()
-                  if line.startswith("inference_rollout_reconcile_errors_total")]
-        result = {
-            **info,
-            "rollouts": args.rollouts,
-            "interval_s": interval,
-            "measure_s": args.measure,
-            "rss_mib": {"idle": info["rss_idle_mib"], "max": max(rss), "last": rss[-1]},
-            "cpu_cores": round(cpu, 3),
-            "reconcile_lag": {"observations": n_lag, "per_second": round(n_lag / args.measure, 2),
-                              "p50_le_s": p50, "p99_le_s": p99,
-                              "buckets_before": lag0, "buckets_after": lag1,
-                              "count_total": lag_count1},
-            "analysis_age_s": {"samples": len(ages), "p50": percentile(ages, 50),
-                               "p99": percentile(ages, 99), "max": max(ages, default=math.nan),
-                               "over_interval_plus_2s": late},
-            "loadavg_1m": {"mean": sum(loads) / len(loads), "max": max(loads)},
-            "reconcile_errors": errors,
-        }
+        bench.info["rss_idle_mib"] = rss_mib(pid)
+        fleet = Fleet(bench, args)
+        bench.info["first_release_s"] = fleet.ramp(fleet.create, healthy, "Healthy")
+        bench.info["second_release_s"] = fleet.ramp(fleet.release, held, "at 50% with a Pass")
+        result = {**bench.info, **measure_steady_state(bench, args, pid)}
     finally:
-        gone = cleanup_namespace(cluster, ns, op, timeout=300, operator_first=True)
-        delete_nodes(cluster, nodes)
-        info["cleanup_ok"] = gone
+        gone = bench.finish(timeout=300, operator_first=True)
+        delete_nodes(bench.cluster, nodes)
+        bench.info["cleanup_ok"] = gone
     result["cleanup_ok"] = gone
     return result
 

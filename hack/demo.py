@@ -16,17 +16,13 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT / "operator"), str(ROOT / "sandbox"), str(ROOT)]
+sys.path[:0] = [str(ROOT / "operator"), str(ROOT / "sandbox")]
 
-from tests.e2e.scenario import (  # noqa: E402
-    BackgroundLoad,
-    Release,
-    measure_shares,
-    rollout,
-    with_template,
-)
-
-from irsandbox.harness import Cluster, OperatorProcess, sandbox_env  # noqa: E402
+from irsandbox.cluster import Cluster  # noqa: E402
+from irsandbox.common import sandbox_env  # noqa: E402
+from irsandbox.harness import BackgroundLoad, OperatorProcess, measure_shares  # noqa: E402
+from irsandbox.manifests import sandbox_rollout, with_template  # noqa: E402
+from irsandbox.story import Release  # noqa: E402
 
 NS = "demo"
 
@@ -66,7 +62,7 @@ def main() -> int:
     op.start()
     print(f"operator running (log: {op.log_path}); Prometheus {env['PROMETHEUS_URL']}, "
           f"gateway {env['GATEWAY_URL']}")
-    manifest = rollout("chat", prometheus=env["PROMETHEUS_URL"],
+    manifest = sandbox_rollout("chat", prometheus=env["PROMETHEUS_URL"],
                        analysis={"slo": {"ttftP99": "100ms"}})
     rel = Release(cluster, op, NS, manifest)
     load = None

@@ -22,8 +22,8 @@ step "static checks: ruff, mypy (strict on core/api/budget), layering contracts"
 .venv/bin/mypy
 .venv/bin/lint-imports
 
-step "unit tests"
-$PY -m pytest tests/unit -q -p no:cacheprovider
+step "unit tests (the operator's, and the sandbox's own beside it)"
+$PY -m pytest tests/unit sandbox/tests -q -p no:cacheprovider
 
 step "operator image: build from the Dockerfile with buildah (cached base; at most 15 min)"
 # No Docker needed: Debian's buildah, a base from Debian packages (docs/install.md). tests/image

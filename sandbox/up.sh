@@ -39,14 +39,15 @@ ensure_binaries() {
 }
 
 # --- PKI (openssl; generated once, kept across restarts) ----------------------------------------
-# gen_cert NAME SUBJECT EXTENSIONS: EC P-256 key and a cert signed by the sandbox CA.
+# gen_cert NAME SUBJECT EXTENSIONS [CA]: EC P-256 key and a cert signed by the sandbox CA (or by
+# ${PKI}/CA.crt), unless both exist already.
 gen_cert() {
-  local name="$1" subj="$2" ext="$3"
+  local name="$1" subj="$2" ext="$3" ca="${4:-ca}"
   [[ -s "${PKI}/${name}.crt" && -s "${PKI}/${name}.key" ]] && return 0
   openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
     -keyout "${PKI}/${name}.key" -subj "${subj}" -out "${PKI}/${name}.csr" 2>/dev/null
   printf '%s\n' "${ext}" >"${PKI}/${name}.ext"
-  openssl x509 -req -in "${PKI}/${name}.csr" -CA "${PKI}/ca.crt" -CAkey "${PKI}/ca.key" \
+  openssl x509 -req -in "${PKI}/${name}.csr" -CA "${PKI}/${ca}.crt" -CAkey "${PKI}/${ca}.key" \
     -CAcreateserial -days 3650 -sha256 -extfile "${PKI}/${name}.ext" -out "${PKI}/${name}.crt" 2>/dev/null
   rm -f "${PKI}/${name}.csr" "${PKI}/${name}.ext"
 }
@@ -79,14 +80,7 @@ subjectAltName=IP:127.0.0.1,IP:10.96.0.1,DNS:localhost,DNS:kubernetes,DNS:kubern
       -addext "keyUsage=critical,keyCertSign,cRLSign,digitalSignature" 2>/dev/null
     rm -f "${PKI}/front-proxy-client.crt"
   fi
-  if [[ ! -s "${PKI}/front-proxy-client.crt" ]]; then
-    openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
-      -keyout "${PKI}/front-proxy-client.key" -subj "/CN=front-proxy-client" -out "${PKI}/front-proxy-client.csr" 2>/dev/null
-    printf '%s\n' "${client}" >"${PKI}/front-proxy-client.ext"
-    openssl x509 -req -in "${PKI}/front-proxy-client.csr" -CA "${PKI}/front-proxy-ca.crt" -CAkey "${PKI}/front-proxy-ca.key" \
-      -CAcreateserial -days 3650 -sha256 -extfile "${PKI}/front-proxy-client.ext" -out "${PKI}/front-proxy-client.crt" 2>/dev/null
-    rm -f "${PKI}/front-proxy-client.csr" "${PKI}/front-proxy-client.ext"
-  fi
+  gen_cert front-proxy-client "/CN=front-proxy-client" "${client}" front-proxy-ca
   gen_cert admin "/O=system:masters/CN=sandbox-admin" "${client}"
   gen_cert kube-controller-manager "/CN=system:kube-controller-manager" "${client}"
   gen_cert kube-scheduler "/CN=system:kube-scheduler" "${client}"

@@ -54,8 +54,9 @@ from .common import (
     pid_cmdline,
     pid_environ,
     read_json,
+    run_until_signalled,
     setup_logging,
-    state_dir,
+    use_state_dir,
     write_json_atomic,
 )
 from .kube import Informer, load_kube_config, wait_synced
@@ -668,23 +669,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("-v", "--verbose", action="store_true")
     args = parser.parse_args(argv)
     setup_logging("bridge", args.verbose)
-    state = Path(args.state_dir).resolve() if args.state_dir else state_dir()
-    if args.state_dir:
-        os.environ["IR_STATE"] = str(state)
+    state = use_state_dir(args.state_dir)
     bridge = Bridge(load_kube_config(args.kubeconfig), state,
                     args.sim_binary or find_sim_binary(), all_nodes=args.all_nodes,
                     drain_seconds=args.drain_seconds,
                     loaded_condition=not args.no_loaded_condition)
-
-    def _stop(signum: int, _frame: Any) -> None:
-        log.info("signal %s: exiting", signum)
-        bridge.stop.set()
-        bridge.wake.set()
-
-    signal.signal(signal.SIGTERM, _stop)
-    signal.signal(signal.SIGINT, _stop)
     try:
-        bridge.run()
+        run_until_signalled(bridge, log)
     finally:
         bridge.shutdown(args.stop_backends_on_exit)
 

@@ -1,8 +1,10 @@
-"""Paths, environment and file helpers shared by the bridge, the gateway and the load generator.
+"""Paths, environment and file helpers shared by the bridge, the gateway, the load generator and
+every harness that drives the sandbox (tests, benchmarks, the demo).
 
 The sandbox keeps its state in ``$IR_STATE`` (default: ``<repo>/.sandbox``), next to the
-kubeconfig and ``env`` file that ``sandbox/up.sh`` writes. Every file another process reads is
-written atomically (temporary name that no reader's glob matches, then ``rename``).
+kubeconfig and ``env`` file that ``sandbox/up.sh`` writes; :func:`sandbox_env` is the one reader
+of that file. Every file another process reads is written atomically (temporary name that no
+reader's glob matches, then ``rename``).
 """
 
 from __future__ import annotations
@@ -13,10 +15,17 @@ import logging
 import os
 import re
 import shutil
+import signal
+import socket
 import sys
 import tempfile
+import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+import httpx
+from kubernetes.client.exceptions import ApiException
 
 REPO = Path(__file__).resolve().parents[2]
 SANDBOX_DIR = REPO / "sandbox"
@@ -29,12 +38,35 @@ def state_dir() -> Path:
     return Path(os.environ.get("IR_STATE") or REPO / ".sandbox").resolve()
 
 
+def use_state_dir(explicit: str | None) -> Path:
+    """A daemon's ``--state-dir``: ``explicit`` (exported as ``$IR_STATE`` for what it starts),
+    else :func:`state_dir`."""
+    if not explicit:
+        return state_dir()
+    state = Path(explicit).resolve()
+    os.environ["IR_STATE"] = str(state)
+    return state
+
+
+def run_until_signalled(service: Any, log: logging.Logger) -> None:
+    """``service.run()`` until SIGTERM or SIGINT sets its ``stop`` and ``wake`` events."""
+    def _stop(signum: int, _frame: Any) -> None:
+        log.info("signal %s: exiting", signum)
+        service.stop.set()
+        service.wake.set()
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    service.run()
+
+
 def cache_dir() -> Path:
     return Path(os.environ.get("IR_CACHE") or Path.home() / ".cache" / "inference-rollout")
 
 
 def read_env_file(path: Path) -> dict[str, str]:
-    """Parse a shell ``KEY=value`` / ``export KEY=value`` file (quotes stripped, no expansion)."""
+    """Parse a shell ``KEY=value`` / ``export KEY=value`` file (quotes stripped; ``${VAR}`` of
+    the process environment expanded, as ``PATH=<sandbox bin>:${PATH}`` needs)."""
     env: dict[str, str] = {}
     try:
         text = path.read_text()
@@ -51,7 +83,7 @@ def read_env_file(path: Path) -> dict[str, str]:
         value = value.strip()
         if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
             value = value[1:-1]
-        env[key] = value
+        env[key] = os.path.expandvars(value)
     return env
 
 
@@ -65,7 +97,44 @@ def sandbox_env() -> dict[str, str]:
 
 
 def versions() -> dict[str, str]:
+    """The pinned component versions (``sandbox/versions.env``)."""
     return read_env_file(SANDBOX_DIR / "versions.env")
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on right now (the OS picks; a caller that can lose the
+    race retries)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+T = TypeVar("T")
+
+#: What a poll may raise while the thing it waits for is not there yet: the object does not
+#: exist, a server is restarting, a file or key is not written yet.
+TRANSIENT_ERRORS: tuple[type[Exception], ...] = (
+    ApiException, httpx.HTTPError, OSError, KeyError, ValueError)
+
+
+def wait_for(check: Callable[[], T | None], timeout: float, what: str, interval: float = 0.1,
+             tolerate: tuple[type[Exception], ...] = TRANSIENT_ERRORS) -> T:
+    """Poll ``check`` until it returns something truthy and return that.  An exception in
+    ``tolerate`` counts as "not yet"; on timeout, fail naming ``what`` and the last value or
+    exception."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while True:
+        try:
+            value = check()
+            if value:
+                return value
+            last = repr(value)
+        except tolerate as e:
+            last = f"{type(e).__name__}: {e}"
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"timed out after {timeout:g}s waiting for {what} (last: {last})")
+        time.sleep(interval)
 
 
 #: llm-d-inference-sim as sandbox/build.sh builds it, patched to listen on 127.0.0.1 only
@@ -92,22 +161,12 @@ def find_sim_binary() -> str:
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
-    """Write JSON so a reader never sees a partial file (the temp name ends in ``.tmp``)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=2, sort_keys=True)
-            f.write("\n")
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    """Write JSON so a reader never sees a partial file."""
+    write_text_atomic(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
 def write_text_atomic(path: Path, text: str) -> None:
+    """Write ``text`` so a reader never sees a partial file (the temp name ends in ``.tmp``)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:

@@ -42,9 +42,10 @@ from .common import (
     DEFAULT_GATEWAY_PORT,
     pid_cmdline,
     read_json,
+    run_until_signalled,
     sandbox_env,
     setup_logging,
-    state_dir,
+    use_state_dir,
     write_json_atomic,
     write_text_atomic,
 )
@@ -405,24 +406,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("-v", "--verbose", action="store_true")
     args = parser.parse_args(argv)
     setup_logging("gateway", args.verbose)
-    state = Path(args.state_dir).resolve() if args.state_dir else state_dir()
-    if args.state_dir:
-        os.environ["IR_STATE"] = str(state)
+    state = use_state_dir(args.state_dir)
     listen = args.listen or default_listen()
     host = listen.rsplit(":", 1)[0]
     if host not in ("127.0.0.1", "localhost", "[::1]"):
         parser.error("the sandbox gateway listens on loopback only")
     gw = Gateway(load_kube_config(args.kubeconfig), state, listen, args.nginx)
-
-    def _stop(signum: int, _frame: Any) -> None:
-        log.info("signal %s: exiting", signum)
-        gw.stop.set()
-        gw.wake.set()
-
-    signal.signal(signal.SIGTERM, _stop)
-    signal.signal(signal.SIGINT, _stop)
     try:
-        gw.run()
+        run_until_signalled(gw, log)
     finally:
         gw.shutdown(not args.keep_nginx_on_exit)
 

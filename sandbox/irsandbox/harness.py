@@ -1,219 +1,74 @@
-"""Drive the operator on the sandbox: the shared harness of the end-to-end tests and the demo.
+"""Processes that drive the sandbox for the end-to-end tests, the benchmarks and the demo: the
+operator as a real process (started, SIGKILLed, stopped at will) and steady background load
+through the gateway.
 
-Given a running sandbox (``.sandbox/env``), it installs the CRD, starts and kills the operator as a
-real process, applies rollouts, and waits for conditions with a clear message on timeout.  It uses
-the ``kubernetes`` client directly: the operator under test must not be its own witness.
+The operator runs as ``inference-rollout operator`` with its own ports and log under
+``.sandbox/logs``; the load is a ``irsandbox.loadgen`` process.  What they act on is read through
+:class:`irsandbox.cluster.Cluster`, never through the operator itself.
 """
 
 from __future__ import annotations
 
-import copy
-import json
+import asyncio
 import os
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable
+import urllib.request
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
-import yaml
-from kubernetes import client, config
-from kubernetes.client.exceptions import ApiException
-
-ROOT = Path(__file__).resolve().parents[2]
-SANDBOX = ROOT / ".sandbox"
-CRD_FILE = ROOT / "crds" / "rollouts.inference.dev_inferencerollouts.yaml"
-GROUP, VERSION, PLURAL = "rollouts.inference.dev", "v1alpha1", "inferencerollouts"
-T = TypeVar("T")
-
-
-def sandbox_env() -> dict[str, str]:
-    """The variables ``sandbox/up.sh`` wrote to ``.sandbox/env`` (``export K=V`` lines)."""
-    env_file = SANDBOX / "env"
-    if not env_file.exists():
-        raise RuntimeError(f"{env_file} is missing: start the sandbox with `make sandbox-up`")
-    out = {}
-    for line in env_file.read_text().splitlines():
-        line = line.strip().removeprefix("export ").strip()
-        if "=" in line and not line.startswith("#"):
-            key, value = line.split("=", 1)
-            out[key] = value.strip().strip('"').strip("'")
-    return out
-
-
-def wait_for(check: Callable[[], T | None], timeout: float, what: str,
-             interval: float = 0.5) -> T:
-    """Poll ``check`` until it returns something truthy; fail naming ``what`` on timeout."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(interval)
-    raise TimeoutError(f"timed out after {timeout:g}s waiting for {what} (last: {last!r})")
-
-
-class Cluster:
-    """The sandbox's API server, seen through the official client."""
-
-    def __init__(self, env: dict[str, str] | None = None) -> None:
-        self.env = env or sandbox_env()
-        self.api = config.new_client_from_config(config_file=self.env["KUBECONFIG"])
-        self.core = client.CoreV1Api(self.api)
-        self.apps = client.AppsV1Api(self.api)
-        self.custom = client.CustomObjectsApi(self.api)
-        self.ext = client.ApiextensionsV1Api(self.api)
-
-    # --- setup ------------------------------------------------------------------------------
-
-    def install_crd(self) -> None:
-        """Server-side apply of the committed CRD, then wait until it is Established."""
-        body = yaml.safe_load(CRD_FILE.read_text())
-        name = body["metadata"]["name"]
-        try:
-            self.ext.read_custom_resource_definition(name)
-            self.ext.patch_custom_resource_definition(
-                name, body, field_manager="inference-rollout-tests", force=True,
-                _content_type="application/apply-patch+yaml")
-        except ApiException as e:
-            if e.status != 404:
-                raise
-            self.ext.create_custom_resource_definition(body)
-
-        def established() -> bool:
-            crd = self.ext.read_custom_resource_definition(name)
-            return any(c.type == "Established" and c.status == "True"
-                       for c in crd.status.conditions or [])
-        wait_for(established, 30, f"CRD {name} Established")
-
-    def create_namespace(self, name: str) -> None:
-        try:
-            self.core.create_namespace({"metadata": {"name": name}})
-        except ApiException as e:
-            if e.status != 409:
-                raise
-
-    def delete_namespace(self, name: str) -> None:
-        try:
-            self.core.delete_namespace(name)
-        except ApiException as e:
-            if e.status != 404:
-                raise
-
-    def namespace_gone(self, name: str) -> bool:
-        """True once the namespace no longer exists (not merely Terminating)."""
-        try:
-            self.core.read_namespace(name)
-        except ApiException as e:
-            if e.status == 404:
-                return True
-            raise
-        return False
-
-    # --- rollouts ---------------------------------------------------------------------------
-
-    def apply_rollout(self, ns: str, manifest: dict[str, Any]) -> dict[str, Any]:
-        body = copy.deepcopy(manifest)
-        body.setdefault("apiVersion", f"{GROUP}/{VERSION}")
-        body.setdefault("kind", "InferenceRollout")
-        body["metadata"]["namespace"] = ns
-        name = body["metadata"]["name"]
-        try:
-            current = self.custom.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name)
-        except ApiException as e:
-            if e.status != 404:
-                raise
-            out: dict[str, Any] = self.custom.create_namespaced_custom_object(
-                GROUP, VERSION, ns, PLURAL, body)
-            return out
-        body["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
-        replaced: dict[str, Any] = self.custom.replace_namespaced_custom_object(
-            GROUP, VERSION, ns, PLURAL, name, body)
-        return replaced
-
-    def rollout(self, ns: str, name: str) -> dict[str, Any]:
-        out: dict[str, Any] = self.custom.get_namespaced_custom_object(
-            GROUP, VERSION, ns, PLURAL, name)
-        return out
-
-    def status(self, ns: str, name: str) -> dict[str, Any]:
-        return self.rollout(ns, name).get("status") or {}
-
-    def request(self, ns: str, name: str, request: str) -> None:
-        """What ``kubectl inference-rollout <verb>`` writes."""
-        self.custom.patch_namespaced_custom_object_status(
-            GROUP, VERSION, ns, PLURAL, name, {"status": {"requests": {request: True}}})
-
-    def delete_rollout(self, ns: str, name: str) -> None:
-        self.custom.delete_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name)
-
-    def route_weights(self, ns: str, route: str) -> dict[str, int]:
-        """Backend weights by Service name as the API server holds them."""
-        try:
-            obj = self.custom.get_namespaced_custom_object(
-                "gateway.networking.k8s.io", "v1", ns, "httproutes", route)
-        except ApiException as e:
-            if e.status == 404:
-                return {}
-            raise
-        rules = obj.get("spec", {}).get("rules") or [{}]
-        return {ref["name"]: int(ref.get("weight", 1)) for ref in rules[0].get("backendRefs") or []}
-
-    def events(self, ns: str, name: str) -> list[dict[str, Any]]:
-        items = self.core.list_namespaced_event(
-            ns, field_selector=f"involvedObject.name={name}").items
-        return [{"type": e.type, "reason": e.reason, "message": e.message} for e in items]
-
-    def deployments(self, ns: str) -> dict[str, dict[str, int]]:
-        out = {}
-        for d in self.apps.list_namespaced_deployment(ns).items:
-            out[d.metadata.name] = {"desired": d.spec.replicas or 0,
-                                    "ready": d.status.ready_replicas or 0}
-        return out
+from .common import REPO, state_dir, wait_for
+from .loadgen import LoadReport, run_load
+from .manifests import SIM_MODEL
 
 
 class OperatorProcess:
-    """The operator as a real process (``inference-rollout operator``), killable at will."""
+    """The operator as a real process (``inference-rollout operator``), killable at will.
+    ``namespaces`` (kopf globs) scopes it; without them it watches every namespace.  With
+    ``service_proxy`` it reaches Services through the sandbox gateway (there is no cluster DNS
+    here), as the evaluation gate needs."""
 
     def __init__(self, env: dict[str, str], log_name: str = "operator",
                  namespaces: list[str] | None = None, metrics_port: int = 18481,
-                 liveness_port: int = 18480, extra_args: tuple[str, ...] = (),
-                 unset_env: tuple[str, ...] = ()) -> None:
+                 liveness_port: int = 18480, service_proxy: bool = True,
+                 extra_args: tuple[str, ...] = (), unset_env: tuple[str, ...] = ()) -> None:
         """``extra_args`` are appended to the command line; ``unset_env`` names variables the
         process must not inherit (e.g. ``KUBECONFIG``, to prove ``--kubeconfig`` alone works)."""
-        self.env, self.namespaces = env, namespaces
+        self.env, self.namespaces, self.service_proxy = env, namespaces, service_proxy
         self.extra_args, self.unset_env = extra_args, unset_env
         self.metrics_port, self.liveness_port = metrics_port, liveness_port
-        self.log_path = SANDBOX / "logs" / f"{log_name}.log"
+        self.log_path = state_dir() / "logs" / f"{log_name}.log"
         self.proc: subprocess.Popen[bytes] | None = None
 
-    def start(self) -> None:
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+    def command(self) -> list[str]:
         scope = (["--all-namespaces"] if not self.namespaces
                  else [a for ns in self.namespaces for a in ("--namespace", ns)])
         cmd = [sys.executable, "-m", "inference_rollout", "operator", *scope,
                "--log-format", "json", "--metrics-port", str(self.metrics_port),
                "--liveness-port", str(self.liveness_port)]
-        if self.env.get("GATEWAY_URL"):
-            # no cluster DNS here: the gateway forwards <svc>.<ns>.svc to the Service's pods
+        if self.service_proxy and self.env.get("GATEWAY_URL"):
+            # the gateway forwards <svc>.<ns>.svc to the Service's pods
             cmd += ["--service-proxy", self.env["GATEWAY_URL"]]
-        cmd += self.extra_args
+        return [*cmd, *self.extra_args]
+
+    def process_env(self) -> dict[str, str]:
+        """The work tree's operator package first on the path."""
         env = {**os.environ, **self.env,
-               "PYTHONPATH": f"{ROOT / 'operator'}:{os.environ.get('PYTHONPATH', '')}"}
+               "PYTHONPATH": f"{REPO / 'operator'}:{os.environ.get('PYTHONPATH', '')}"}
         for name in self.unset_env:
             env.pop(name, None)
-        log = self.log_path.open("ab")
-        self.proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                     cwd=ROOT)
-        log.close()
+        return env
+
+    def start(self, cwd: Path = REPO) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with self.log_path.open("ab") as log:
+            self.proc = subprocess.Popen(self.command(), env=self.process_env(), stdout=log,
+                                         stderr=subprocess.STDOUT, cwd=cwd)
         wait_for(self._live, 30, f"operator liveness on :{self.liveness_port} "
-                 f"(log: {self.log_path})")
+                 f"(log: {self.log_path})", interval=0.5, tolerate=())
 
     def _live(self) -> bool:
-        import urllib.request
         if self.proc is None or self.proc.poll() is not None:
             raise RuntimeError(f"operator exited; see {self.log_path}:\n{self.tail()}")
         try:
@@ -223,10 +78,10 @@ class OperatorProcess:
         except OSError:
             return False
 
-    def metrics(self) -> str:
-        import urllib.request
+    def metrics(self, timeout: float = 2.0) -> str:
+        """The operator's /metrics page."""
         with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics",
-                                    timeout=2) as r:
+                                    timeout=timeout) as r:
             return str(r.read().decode())
 
     def kill(self) -> None:
@@ -243,13 +98,52 @@ class OperatorProcess:
             except subprocess.TimeoutExpired:
                 self.kill()
 
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
     def tail(self, lines: int = 40) -> str:
         if not self.log_path.exists():
             return ""
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
 
 
+class BackgroundLoad:
+    """A steady load through the gateway (a loadgen process) so Prometheus has samples, and the
+    business counter per revision is exported for custom business-metric queries."""
+
+    def __init__(self, env: dict[str, str], host: str, rate: float = 20, seconds: int = 900,
+                 json_check: bool = False, metrics_port: int | None = None) -> None:
+        cmd = [sys.executable, "-m", "irsandbox.loadgen", "--url", env["GATEWAY_URL"],
+               "--host", host, "--model", SIM_MODEL, "--rate", str(rate),
+               "--duration", str(seconds), "--max-tokens", "8"]
+        if json_check:
+            cmd.append("--json-check")
+        if metrics_port:
+            cmd += ["--metrics-port", str(metrics_port)]
+        log_path = state_dir() / "logs" / f"loadgen-{host}.log"
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        with log_path.open("ab") as log:
+            self.proc = subprocess.Popen(
+                cmd, env={**os.environ, **env, "PYTHONPATH": f"{REPO / 'sandbox'}"},
+                stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+
+def measure_shares(env: dict[str, str], host: str, requests: int = 400) -> LoadReport:
+    """Send a burst through the gateway and report which revision served each response."""
+    return asyncio.run(run_load(env["GATEWAY_URL"], model=SIM_MODEL, host=host, rate=0,
+                                requests=requests, concurrency=16, max_tokens=4))
+
+
 def summary_line(status: dict[str, Any]) -> str:
+    """A rollout's status in one line: phase, step, weight, each metric's value and verdict."""
     analysis = status.get("analysis") or {}
     metrics = "; ".join(
         f"{k}={'-' if v.get('value') is None else format(v['value'], '.4g')}"
@@ -257,7 +151,3 @@ def summary_line(status: dict[str, Any]) -> str:
         f"{', ' + v['error'] if v.get('error') else ''})" for k, v in sorted(analysis.items()))
     return (f"phase={status.get('phase')} step={status.get('currentStep')} "
             f"weight={status.get('canaryWeight')} {metrics}")
-
-
-def dump(obj: Any) -> str:
-    return json.dumps(obj, indent=2, default=str)

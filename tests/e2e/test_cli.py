@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from irsandbox.harness import ROOT, Cluster, OperatorProcess
-
-from .scenario import Release, rollout, with_template
+from irsandbox.cluster import Cluster
+from irsandbox.common import REPO
+from irsandbox.story import Given, Story, Then, When
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
@@ -21,22 +21,17 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 def cli(env: dict[str, str], *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "inference_rollout.cli.plugin", *args],
-        env={**os.environ, **env, "PYTHONPATH": str(ROOT / "operator")},
+        env={**os.environ, **env, "PYTHONPATH": str(REPO / "operator")},
         capture_output=True, text=True, timeout=timeout, check=False)
 
 
-def test_steering_verbs_never_touch_the_spec(cluster: Cluster,
-                                             operator_process: OperatorProcess,
-                                             namespace: str) -> None:
-    env = cluster.env
-    rel = Release(cluster, operator_process, namespace,
-                  rollout("cli", prometheus=env["PROMETHEUS_URL"], metrics=[],
-                          steps=[{"weight": 10, "pause": "1h"}, {"weight": 50, "pause": "1h"},
-                                 {"weight": 100}]))
-    rel.apply()
-    rel.wait_healthy()
-    rel.apply(with_template(rel.manifest, version="v2"))
-    rel.wait(lambda s: s.get("canaryWeight") == 10, 90, "canary at 10%")
+def test_steering_verbs_never_touch_the_spec(given: Given, when: When, then: Then,
+                                             story: Story) -> None:
+    env, cluster, namespace = story.env, story.cluster, story.ns
+    given.rollout("cli", metrics=[], steps=[{"weight": 10, "pause": "1h"},
+                                            {"weight": 50, "pause": "1h"}, {"weight": 100}])
+    when.template_changes(version="v2")
+    then.weight_reaches(10)
     generation = cluster.rollout(namespace, "cli")["metadata"]["generation"]
 
     out = cli(env, "get", "cli", "-n", namespace)
@@ -47,21 +42,21 @@ def test_steering_verbs_never_touch_the_spec(cluster: Cluster,
 
     # pause holds the release; resume continues it
     assert cli(env, "pause", "cli", "-n", namespace).returncode == 0
-    rel.wait(lambda s: s.get("phase") == "Paused", 30, "Paused")
+    then.status(lambda s: s.get("phase") == "Paused", 30, "Paused")
     assert cli(env, "resume", "cli", "-n", namespace).returncode == 0
-    rel.wait(lambda s: s.get("phase") == "Progressing", 30, "Progressing again")
+    then.status(lambda s: s.get("phase") == "Progressing", 30, "Progressing again")
     # promote skips the rest of the 1h hold
     assert cli(env, "promote", "cli", "-n", namespace).returncode == 0
-    rel.wait(lambda s: s.get("canaryWeight") == 50, 60, "promoted to 50%")
+    then.status(lambda s: s.get("canaryWeight") == 50, 60, "promoted to 50%")
     # abort rolls back; watch reports Degraded with exit code 1
     assert cli(env, "abort", "cli", "-n", namespace).returncode == 0
     watched = cli(env, "watch", "cli", "-n", namespace, "--timeout", "60s", timeout=90)
     assert watched.returncode == 1, watched.stdout[-2000:]
-    st = rel.status()
+    st = story.release.status()
     assert st["abortReason"] == "AbortRequested" and st["canaryWeight"] == 0
     # retry starts over; promote --full finishes; watch exits 0 on Healthy
     assert cli(env, "retry", "cli", "-n", namespace).returncode == 0
-    rel.wait(lambda s: s.get("canaryWeight") == 10, 60, "retried at 10%")
+    then.weight_reaches(10, 60)
     assert cli(env, "promote", "cli", "-n", namespace, "--full").returncode == 0
     watched = cli(env, "watch", "cli", "-n", namespace, "--timeout", "90s", timeout=120)
     assert watched.returncode == 0, watched.stdout[-2000:]

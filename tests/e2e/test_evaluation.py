@@ -10,13 +10,11 @@ its replies, which the ``json-valid`` scorer fails.
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import pytest
 
-from irsandbox.harness import Cluster, OperatorProcess
-
-from .scenario import BackgroundLoad, Release, rollout, with_template
+from irsandbox.harness import OperatorProcess
+from irsandbox.story import Given, Story, Then, When
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
@@ -26,42 +24,39 @@ CASES = "\n".join(
     for i in range(30))
 
 
-def evaluated(name: str, cluster: Cluster) -> dict[str, Any]:
-    m = rollout(name, prometheus=cluster.env["PROMETHEUS_URL"])
+def evaluated(name: str, given: Given, story: Story) -> str:
+    """A healthy rollout with an evaluation set of JSON cases (a ConfigMap); its stable revision."""
+    story.cluster.core.create_namespaced_config_map(story.ns, {
+        "metadata": {"name": "eval-cases"}, "data": {"cases.jsonl": CASES}})
+    m = given.manifest(name)
     m["spec"]["evaluation"] = {"configMapRef": {"name": "eval-cases"}, "sampleSize": 20,
                                "concurrency": 4, "timeout": "10s", "maxDropPoints": 5}
-    return m
-
-
-def given_cases(cluster: Cluster, ns: str) -> None:
-    cluster.core.create_namespaced_config_map(ns, {
-        "metadata": {"name": "eval-cases"}, "data": {"cases.jsonl": CASES}})
+    return given.rollout(manifest=m)
 
 
 def test_a_canary_that_breaks_json_is_rolled_back_before_any_traffic(
-        cluster: Cluster, operator_process: OperatorProcess, namespace: str) -> None:
+        given: Given, when: When, then: Then, story: Story,
+        operator_process: OperatorProcess) -> None:
     # Given a healthy rollout with an evaluation set of JSON cases
-    given_cases(cluster, namespace)
-    rel = Release(cluster, operator_process, namespace, evaluated("evfail", cluster))
-    rel.apply()
-    v1 = rel.wait_healthy()["stableRevision"]
+    v1 = evaluated("evfail", given, story)
     # When a release's pods corrupt 30% of their JSON replies
-    rel.apply(with_template(rel.manifest, version="v2", business_fail_rate=30))
+    when.template_changes(version="v2", business_fail_rate=30)
     # Then it is rolled back before any traffic, with both scores in status and an Event
-    st = rel.wait(lambda s: s.get("phase") == "Degraded", 120, "rolled back (Degraded)")
+    st = then.degraded()
     assert st["abortReason"] == "EvaluationFailed", st.get("message")
     ev = st["evaluation"]
     assert ev["verdict"] == "Fail" and ev["revision"] == st["canaryRevision"]
     # the shim corrupts exactly 30% of each pod's replies (20 cases over 1-2 canary pods)
     assert ev["stableScore"] == 100.0 and 65.0 <= ev["canaryScore"] <= 75.0, ev
     assert f"{ev['canaryScore']:.1f}" in st["message"] and "100.0" in st["message"]
-    assert st["canaryWeight"] == 0 and rel.route() == {v1: 100, st["canaryRevision"]: 0}
-    events = rel.events()
+    assert st["canaryWeight"] == 0
+    then.route_is({v1: 100, st["canaryRevision"]: 0})
+    events = story.release.events()
     assert any(e.startswith("EvaluationFailed: ") and "100.0" in e for e in events), events
     assert not any(e.startswith("StepWeightSet") for e in events), events
     # and the operator's /metrics counts the run and shows both scores
     series = operator_process.metrics()
-    ident = f'name="evfail",namespace="{namespace}"'
+    ident = f'name="evfail",namespace="{story.ns}"'
     assert f'inference_rollout_evaluation_runs_total{{{ident},verdict="Fail"}} 1' in series
     canary_score = (f'inference_rollout_evaluation_score{{{ident},revision="{ev["revision"]}",'
                     f'role="canary"}} {ev["canaryScore"]:g}')
@@ -69,25 +64,19 @@ def test_a_canary_that_breaks_json_is_rolled_back_before_any_traffic(
 
 
 def test_a_canary_that_keeps_its_json_is_promoted(
-        cluster: Cluster, operator_process: OperatorProcess, namespace: str) -> None:
+        given: Given, when: When, then: Then, story: Story) -> None:
     # Given a healthy rollout with an evaluation set of JSON cases
-    given_cases(cluster, namespace)
-    rel = Release(cluster, operator_process, namespace, evaluated("evpass", cluster))
-    rel.apply()
-    rel.wait_healthy()
-    load = BackgroundLoad(cluster.env, rel.host)  # samples for the error-rate analysis
-    try:
-        # When a release answers as well as the stable
-        rel.apply(with_template(rel.manifest, version="v2"))
-        v2 = rel.wait_canary()
-        # Then the evaluation passes (recorded before any traffic) and the release is promoted
-        st = rel.wait(lambda s: s.get("canaryWeight", 0) > 0 or s.get("phase") == "Degraded",
-                      120, "the first traffic shift")
-        ev = st.get("evaluation") or {}
-        assert ev.get("verdict") == "Pass" and ev.get("revision") == v2, st.get("message")
-        assert ev["canaryScore"] == 100.0 and ev["stableScore"] == 100.0
-        rel.wait_healthy(revision=v2, timeout=150)
-        events = rel.events()
-        assert any(e.startswith("EvaluationPassed: ") for e in events), events
-    finally:
-        load.stop()
+    evaluated("evpass", given, story)
+    given.load()  # samples for the error-rate analysis
+    # When a release answers as well as the stable
+    when.template_changes(version="v2")
+    v2 = then.canary()
+    # Then the evaluation passes (recorded before any traffic) and the release is promoted
+    st = then.status(lambda s: s.get("canaryWeight", 0) > 0 or s.get("phase") == "Degraded",
+                     120, "the first traffic shift")
+    ev = st.get("evaluation") or {}
+    assert ev.get("verdict") == "Pass" and ev.get("revision") == v2, st.get("message")
+    assert ev["canaryScore"] == 100.0 and ev["stableScore"] == 100.0
+    then.healthy(revision=v2, timeout=150)
+    events = story.release.events()
+    assert any(e.startswith("EvaluationPassed: ") for e in events), events

@@ -9,15 +9,14 @@ from __future__ import annotations
 import subprocess
 import threading
 import time
-import uuid
-from pathlib import Path
+from collections.abc import Callable
 
 import pytest
 
-from inference_rollout.api import GROUP, PLURAL, VERSION
-from irsandbox.harness import ROOT, Cluster, OperatorProcess, wait_for
-
-from .scenario import BackgroundLoad, Release, rollout, with_template
+from irsandbox.cluster import Cluster
+from irsandbox.common import REPO, state_dir, wait_for
+from irsandbox.harness import OperatorProcess
+from irsandbox.story import Given, Release, Story, Then, When
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(420)]
 
@@ -50,130 +49,109 @@ class RouteObserver(threading.Thread):
 
 
 def _prometheus_pid() -> int:
-    return int(Path(ROOT / ".sandbox" / "pids" / "prometheus.pid").read_text().split()[0])
+    return int((state_dir() / "pids" / "prometheus.pid").read_text().split()[0])
 
 
 def test_prometheus_down_mid_step_never_promotes_and_resumes_after(
-        cluster: Cluster, operator_process: OperatorProcess, namespace: str) -> None:
+        given: Given, when: When, then: Then, story: Story) -> None:
     # Given a release holding 20% for 10 s, analysed every 5 s
-    rel = Release(cluster, operator_process, namespace,
-                  rollout("prom", prometheus=cluster.env["PROMETHEUS_URL"],
-                          steps=[{"weight": 20, "pause": "10s"}, {"weight": 100}],
-                          analysis={"consecutiveErrorLimit": 50}))
-    rel.apply()
-    v1 = rel.wait_healthy()["stableRevision"]
-    load = BackgroundLoad(cluster.env, rel.host)
+    v1 = given.rollout("prom", steps=[{"weight": 20, "pause": "10s"}, {"weight": 100}],
+                       analysis={"consecutiveErrorLimit": 50})
+    given.load()
+    when.template_changes(version="v2")
+    then.weight_reaches(20)
+    # When Prometheus stops for longer than the step's hold
+    subprocess.run(["kill", str(_prometheus_pid())], check=True)
     try:
-        rel.apply(with_template(rel.manifest, version="v2"))
-        rel.wait(lambda s: s.get("canaryWeight") == 20, 90, "canary at 20%")
-        # When Prometheus stops for longer than the step's hold
-        subprocess.run(["kill", str(_prometheus_pid())], check=True)
-        try:
-            down_until = time.monotonic() + 25
-            while time.monotonic() < down_until:
-                st = rel.status()
-                # Then nothing is promoted while the analysis is blind
-                assert st.get("currentStep") == 0 and st.get("canaryWeight") == 20, st
-                assert rel.route()[v1] == 80
-                time.sleep(1)
-            st = rel.status()
-            assert "errors" in st.get("analysis", {}), st
-            errors = st["analysis"]["errors"]
-            assert errors["verdict"] == "Error" and errors["consecutiveErrors"] >= 2, errors
-            assert "Unreachable" in (errors.get("error") or "")
-        finally:
-            subprocess.run(["bash", str(ROOT / "sandbox" / "up.sh")], check=True,
-                           capture_output=True, timeout=180)
-        # and the release goes on once Prometheus answers again
-        rel.wait_healthy(revision=rel.status()["canaryRevision"], timeout=120)
+        down_until = time.monotonic() + 25
+        while time.monotonic() < down_until:
+            st = story.release.status()
+            # Then nothing is promoted while the analysis is blind
+            assert st.get("currentStep") == 0 and st.get("canaryWeight") == 20, st
+            assert story.release.route()[v1] == 80
+            time.sleep(1)
+        st = story.release.status()
+        assert "errors" in st.get("analysis", {}), st
+        errors = st["analysis"]["errors"]
+        assert errors["verdict"] == "Error" and errors["consecutiveErrors"] >= 2, errors
+        assert "Unreachable" in (errors.get("error") or "")
     finally:
-        load.stop()
+        subprocess.run(["bash", str(REPO / "sandbox" / "up.sh")], check=True,
+                       capture_output=True, timeout=180)
+    # and the release goes on once Prometheus answers again
+    then.healthy(revision=story.release.status()["canaryRevision"], timeout=120)
 
 
 def test_operator_sigkilled_in_every_phase_ends_right(
-        cluster: Cluster, operator_process: OperatorProcess, namespace: str) -> None:
-    op = operator_process
-    rel = Release(cluster, op, namespace,
-                  rollout("kill", prometheus=cluster.env["PROMETHEUS_URL"],
-                          steps=[{"weight": 5, "pause": "6s"}, {"weight": 20, "pause": "6s"},
+        given: Given, when: When, then: Then, story: Story) -> None:
+    op = story.op
+    given.rollout("kill", steps=[{"weight": 5, "pause": "6s"}, {"weight": 20, "pause": "6s"},
                                  {"weight": 50, "pause": "6s"}, {"weight": 100}],
-                          analysis={"slo": {"ttftP99": "100ms"}}))
-    rel.apply()
-    rel.wait_healthy()
-    load = BackgroundLoad(cluster.env, rel.host)
-    observer = RouteObserver(rel)
+                  analysis={"slo": {"ttftP99": "100ms"}})
+    given.load()
+    observer = RouteObserver(story.release)
     try:
         # Ramping: killed right after the new template is applied (canary pods starting)
-        rel.apply(with_template(rel.manifest, version="v2"))
-        op.kill()
-        time.sleep(2)
-        op.start()
-        v2 = rel.wait_canary()
+        when.template_changes(version="v2")
+        when.operator_killed(down_for=2)
+        v2 = then.canary()
         observer.canary = v2
         observer.start()
         # Pausing: killed in the middle of the 20% hold
-        rel.wait(lambda s: s.get("canaryWeight") == 20, 90, "canary at 20%")
+        then.weight_reaches(20)
         time.sleep(2)
-        op.kill()
-        time.sleep(4)
-        op.start()
+        when.operator_killed(down_for=4)
         # Analysing: killed just after a measurement was due at 50%
-        st = rel.wait(lambda s: s.get("canaryWeight") == 50, 90, "canary at 50%")
+        st = then.weight_reaches(50)
         last = st.get("lastAnalysisAt")
-        wait_for(lambda: rel.status().get("lastAnalysisAt") != last, 30, "an analysis at 50%")
-        op.kill()
-        time.sleep(3)
-        op.start()
+        wait_for(lambda: story.release.status().get("lastAnalysisAt") != last, 30,
+                 "an analysis at 50%", interval=0.5, tolerate=())
+        when.operator_killed(down_for=3)
         # Then the release ends promoted, every step seen once, in order, none skipped
-        rel.wait_healthy(revision=v2, timeout=120)
+        then.healthy(revision=v2, timeout=120)
         seen = observer.stop()
         assert [w for w in seen if w > 0] == [5, 20, 50, 100], seen
 
         # Rolling back: a TTFT regression, the operator killed as the rollback is due
-        observer = RouteObserver(rel)
-        rel.apply(with_template(rel.manifest, version="v3", ttft_ms=400))
-        v3 = rel.wait_canary()
+        observer = RouteObserver(story.release)
+        when.template_changes(version="v3", ttft_ms=400)
+        v3 = then.canary()
         observer.canary = v3
         observer.start()
-        rel.wait(lambda s: s.get("canaryWeight") == 5, 90, "v3 at 5%")
-        op.kill()
-        time.sleep(3)
-        op.start()
-        st = rel.wait(lambda s: s.get("phase") == "Degraded", 120, "v3 rolled back")
+        then.status(lambda s: s.get("canaryWeight") == 5, 90, "v3 at 5%")
+        when.operator_killed(down_for=3)
+        st = then.degraded(120, "v3 rolled back")
         assert st["abortReason"] == "AnalysisFailed"
         assert st["stableRevision"] == v2
         time.sleep(1)
         seen = observer.stop()
         assert seen[-1] == 0 and max(seen) == 5, seen
-        assert rel.route() == {v2: 100, v3: 0}
+        then.route_is({v2: 100, v3: 0})
     finally:
         observer.halt.set()
-        load.stop()
-        if op.proc is None or op.proc.poll() is not None:
+        if not op.running():
             op.start()
 
 
 def test_a_deleted_namespace_is_not_held_by_the_finalizer(
-        cluster: Cluster, operator_process: OperatorProcess) -> None:
+        cluster: Cluster, operator_process: OperatorProcess,
+        new_namespace: Callable[[], str]) -> None:
     # Given a namespace with a healthy rollout mid-release, served by the operator in namespaces
     # mode (kopf may stop watching a namespace before its rollouts are deleted)
-    ns = f"e2e-{uuid.uuid4().hex[:6]}"
-    cluster.create_namespace(ns)
-    rel = Release(cluster, operator_process, ns,
-                  rollout("gone", prometheus=cluster.env["PROMETHEUS_URL"],
-                          steps=[{"weight": 20, "manual": True}, {"weight": 100}]))
-    rel.apply()
-    rel.wait_healthy()
-    rel.apply(with_template(rel.manifest, version="v2"))
-    rel.wait(lambda s: s.get("canaryWeight") == 20, 90, "canary at 20%")
+    ns = new_namespace()
+    story = Story(cluster, operator_process, ns)
+    story.given.rollout("gone", steps=[{"weight": 20, "manual": True}, {"weight": 100}])
+    story.when.template_changes(version="v2")
+    story.then.weight_reaches(20)
     # When the whole namespace is deleted
     cluster.delete_namespace(ns)
 
     # Then it goes: the rollout's finalizer is removed, by the delete handler or the watchdog
     try:
-        wait_for(lambda: cluster.namespace_gone(ns), 120, f"namespace {ns} deleted", interval=2)
+        wait_for(lambda: cluster.namespace_gone(ns), 120, f"namespace {ns} deleted", interval=2,
+                 tolerate=())
     except TimeoutError:
-        left = cluster.custom.list_namespaced_custom_object(GROUP, VERSION, ns, PLURAL)["items"]
+        left = cluster.rollouts(ns)
         raise AssertionError(
             f"namespace {ns} still Terminating; rollouts left: "
             f"{[(r['metadata']['name'], r['metadata'].get('finalizers')) for r in left]}\n"

@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from irsandbox.harness import Cluster, OperatorProcess
-
-from .scenario import Release, fresh_namespace, rollout
+from irsandbox.cluster import Cluster
+from irsandbox.harness import OperatorProcess
+from irsandbox.manifests import sandbox_rollout
+from irsandbox.story import Release, fresh_namespace
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
@@ -35,7 +36,7 @@ def test_kubeconfig_flag_alone_authenticates_kopf_and_the_operator(
     op.start()
     try:
         rel = Release(cluster, op, own_namespace,
-                      rollout("flag", prometheus=cluster.env["PROMETHEUS_URL"], metrics=[]))
+                      sandbox_rollout("flag", prometheus=cluster.env["PROMETHEUS_URL"], metrics=[]))
         rel.apply()
         st = rel.wait_healthy()  # kopf's daemon ran the reconcile, whose client wrote status
         assert st["stableRevision"]

@@ -13,9 +13,10 @@ from typing import Any
 
 import pytest
 
-from irsandbox.harness import Cluster, OperatorProcess
-
-from .scenario import Release, rollout, with_template
+from irsandbox.cluster import Cluster
+from irsandbox.harness import OperatorProcess
+from irsandbox.manifests import sandbox_rollout, with_template
+from irsandbox.story import Release
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
@@ -27,7 +28,7 @@ def condition(status: dict[str, Any], kind: str) -> dict[str, Any]:
 def test_a_release_with_a_lint_error_gets_valid_false_and_no_traffic(
         cluster: Cluster, operator_process: OperatorProcess, namespace: str) -> None:
     # Given a rollout Healthy on v1
-    good = rollout("lint", prometheus=cluster.env["PROMETHEUS_URL"])
+    good = sandbox_rollout("lint", prometheus=cluster.env["PROMETHEUS_URL"])
     rel = Release(cluster, operator_process, namespace, good)
     rel.apply()
     v1 = rel.wait_healthy()["stableRevision"]

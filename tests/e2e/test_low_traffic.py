@@ -15,9 +15,10 @@ from typing import Any
 
 import pytest
 
-from irsandbox.harness import Cluster, OperatorProcess
-
-from .scenario import BackgroundLoad, Release, rollout, with_template
+from irsandbox.cluster import Cluster
+from irsandbox.harness import BackgroundLoad, OperatorProcess
+from irsandbox.manifests import sandbox_rollout, with_template
+from irsandbox.story import Release
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(420)]
 
@@ -28,7 +29,7 @@ SEQUENTIAL: dict[str, Any] = {"verdicts": "Sequential", "slo": {"ttftP99": "300m
 
 def _low_traffic(name: str, cluster: Cluster, steps: list[dict[str, Any]],
                  **analysis: Any) -> dict[str, Any]:
-    return rollout(name, prometheus=cluster.env["PROMETHEUS_URL"], steps=steps, metrics=[],
+    return sandbox_rollout(name, prometheus=cluster.env["PROMETHEUS_URL"], steps=steps, metrics=[],
                    analysis={**SEQUENTIAL, **analysis})
 
 
@@ -126,7 +127,7 @@ def test_a_canary_whose_pods_are_lost_loses_its_weight_within_one_interval(
     _kubectl(cluster, "apply", "-f", "-", stdin=json.dumps(_node(node, namespace)))
     try:
         # Given a canary at 20% whose pods can run only on one GPU node
-        rel = Release(cluster, operator_process, namespace, rollout(
+        rel = Release(cluster, operator_process, namespace, sandbox_rollout(
             "lost", prometheus=cluster.env["PROMETHEUS_URL"],
             steps=[{"weight": 20, "pause": "30s"}, {"weight": 100}],
             analysis={"verdicts": "Window"}))

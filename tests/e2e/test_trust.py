@@ -8,9 +8,11 @@ from typing import Any
 
 import pytest
 
-from irsandbox.harness import Cluster, OperatorProcess, wait_for
-
-from .scenario import BackgroundLoad, Release, rollout, with_template
+from irsandbox.cluster import Cluster
+from irsandbox.common import wait_for
+from irsandbox.harness import BackgroundLoad, OperatorProcess
+from irsandbox.manifests import sandbox_rollout, with_template
+from irsandbox.story import Release
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
@@ -48,7 +50,7 @@ def test_deleting_a_rollout_whose_route_was_pruned_first_is_not_blocked(
         cluster: Cluster, operator_process: OperatorProcess, namespace: str) -> None:
     # Given a release at 20% on a user-owned route
     _user_route(cluster, namespace, "pruned")
-    manifest = rollout("pruned", prometheus=cluster.env["PROMETHEUS_URL"], metrics=[],
+    manifest = sandbox_rollout("pruned", prometheus=cluster.env["PROMETHEUS_URL"], metrics=[],
                        steps=[{"weight": 20, "pause": "10m"}, {"weight": 100}])
     manifest["spec"]["traffic"] = {"gatewayAPI": {"httpRouteRef": {"name": "pruned"}}}
     _released_at_20(cluster, operator_process, namespace, manifest)
@@ -63,7 +65,7 @@ def test_deleting_a_rollout_whose_route_was_pruned_first_is_not_blocked(
 def test_a_spec_that_stops_parsing_mid_release_takes_the_canary_off_the_route(
         cluster: Cluster, operator_process: OperatorProcess, namespace: str) -> None:
     # Given a release at 20%
-    manifest = rollout("unparsed", prometheus=cluster.env["PROMETHEUS_URL"],
+    manifest = sandbox_rollout("unparsed", prometheus=cluster.env["PROMETHEUS_URL"],
                        steps=[{"weight": 20, "pause": "10s"}, {"weight": 100}],
                        analysis={"verdicts": "Window"})
     rel = Release(cluster, operator_process, namespace, manifest)

@@ -32,10 +32,13 @@ from urllib.parse import urlparse
 import pytest
 import yaml
 from kubernetes import client
-from tests.e2e.scenario import Release, rollout, with_template
 from tests.image.podman_pod import PodmanRun, podman_run
 
-from irsandbox.harness import ROOT, SANDBOX, Cluster, sandbox_env, wait_for
+from irsandbox.cluster import Cluster
+from irsandbox.common import REPO as ROOT
+from irsandbox.common import sandbox_env, state_dir, wait_for
+from irsandbox.manifests import sandbox_rollout, with_template
+from irsandbox.story import Release
 
 pytestmark = [pytest.mark.image, pytest.mark.timeout(900)]
 
@@ -214,8 +217,8 @@ def operator(image: str, cluster: Cluster, install: Install,
     op.start()
     yield op
     op.stop()
-    (SANDBOX / "logs").mkdir(parents=True, exist_ok=True)
-    (SANDBOX / "logs" / f"{op.name}.log").write_text(op.logs())
+    (state_dir() / "logs").mkdir(parents=True, exist_ok=True)
+    (state_dir() / "logs" / f"{op.name}.log").write_text(op.logs())
     op.remove()
 
 
@@ -235,8 +238,8 @@ def test_the_image_runs_as_the_chart_says(image: str, operator: PodmanOperator) 
     assert exec_.stdout.splitlines()[:2] == ["65532 65532", "0000000000000000"], exec_
     assert "Read-only file system" in exec_.stderr, exec_.stderr
     size = int(config["Size"])
-    (SANDBOX / "logs").mkdir(parents=True, exist_ok=True)
-    (SANDBOX / "logs" / "operator-image.json").write_text(json.dumps({
+    (state_dir() / "logs").mkdir(parents=True, exist_ok=True)
+    (state_dir() / "logs" / "operator-image.json").write_text(json.dumps({
         "image": image, "size_bytes": size, "start_seconds": round(operator.start_seconds, 2),
         "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}, indent=2))
     print(f"image {image}: {size / 1e6:.0f} MB; liveness after {operator.start_seconds:.1f} s")
@@ -255,7 +258,7 @@ def test_a_release_is_promoted_and_one_rolled_back(cluster: Cluster, install: In
     # Two steps, half the traffic at the first: enough canary requests for a verdict within
     # seconds (tests/e2e walks every step; this tier proves the image, not the steps).
     rel = Release(cluster, operator, install.watched,  # type: ignore[arg-type]
-                  rollout("img", prometheus=cluster.env["PROMETHEUS_URL"],
+                  sandbox_rollout("img", prometheus=cluster.env["PROMETHEUS_URL"],
                           steps=[{"weight": 50, "pause": "10s"}, {"weight": 100}]))
     v1, load = rel.healthy_under_load()
     try:

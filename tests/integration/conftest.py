@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -27,18 +26,13 @@ import httpx
 import pytest
 import yaml
 
+from irsandbox.common import free_port, wait_for
+
 INSTALL_HINT = (
     "prometheus is not installed: the integration tests need a real Prometheus. Install it with "
     "`apt-get update && apt-get install -y --no-install-recommends prometheus` (Debian/Ubuntu) "
     "or point PROMETHEUS_BIN at a prometheus binary."
 )
-
-
-def free_port() -> int:
-    """A port nothing listens on right now (the OS picks; there is a small race, retried)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
@@ -61,13 +55,13 @@ class PrometheusServer:
     def wait_until(self, promql: str, ok: Callable[[list[dict[str, Any]]], bool],
                    timeout: float = 60.0) -> list[dict[str, Any]]:
         """Poll ``promql`` until ``ok(result)``; fail with the last result and the log."""
-        deadline, result = time.monotonic() + timeout, []
-        while time.monotonic() < deadline:
+        def check() -> tuple[list[dict[str, Any]]] | None:
             result = self.query(promql)
-            if ok(result):
-                return result
-            time.sleep(0.25)
-        pytest.fail(f"timed out waiting for {promql!r}; last result {result}\n{self.log[-2000:]}")
+            return (result,) if ok(result) else None  # a tuple: an empty result may be ok
+        try:
+            return wait_for(check, timeout, repr(promql), interval=0.25, tolerate=())[0]
+        except TimeoutError as e:
+            pytest.fail(f"{e}\n{self.log[-2000:]}")
 
     def wait_for_targets(self, count: int, timeout: float = 30.0) -> None:
         """Wait until ``count`` targets have been scraped successfully at least once."""

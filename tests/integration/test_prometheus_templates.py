@@ -30,6 +30,7 @@ from inference_rollout.core import sequential as sq
 from inference_rollout.core.types import Measurement, MeasurementError
 from inference_rollout.metrics import NoData, PrometheusSource, measure
 from inference_rollout.metrics.tenancy import NamespaceConfined
+from irsandbox.common import free_port
 
 pytestmark = pytest.mark.integration
 
@@ -262,8 +263,6 @@ def test_broken_promql_is_bad_query(prom_url: str) -> None:
 
 
 def test_dead_prometheus_is_unreachable(prom_url: str) -> None:
-    from tests.integration.conftest import free_port
-
     got = run(f"http://127.0.0.1:{free_port()}", CANARY,
               [relative("ttft-p99"), absolute("gpu-temperature")], timeout_s=2.0)
     for name, m in got.items():

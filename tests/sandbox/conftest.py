@@ -1,5 +1,6 @@
-"""Sandbox fixtures: the local cluster built from real parts (sandbox/up.sh), a kubernetes
-``ApiClient`` for it, and a fresh namespace per test.
+"""Sandbox fixtures: the local cluster built from real parts (sandbox/up.sh) as an
+:class:`irsandbox.cluster.Cluster` (``sandbox``, also ``kit``), its kubernetes ``ApiClient``, and
+a fresh namespace per test.
 
 ``sandbox`` (session scope) uses the running sandbox if its API server answers; otherwise it runs
 ``sandbox/up.sh`` (which builds missing binaries first). The sandbox is left running at the end of
@@ -11,83 +12,23 @@ sandbox that was already up is never torn down.
 from __future__ import annotations
 
 import os
-import shlex
 import subprocess
-import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
-from kubernetes import client, config
-from kubernetes.client.rest import ApiException
+from kubernetes import client
 
-REPO = Path(__file__).resolve().parents[2]
+from irsandbox.cluster import Cluster, api_answers, ignore_status
+from irsandbox.common import REPO, sandbox_env, wait_for
+
 UP_TIMEOUT = float(os.environ.get("IR_SANDBOX_UP_TIMEOUT", "3600"))  # a cold build is long
 
 
-def state_dir() -> Path:
-    return Path(os.environ.get("IR_STATE") or REPO / ".sandbox")
-
-
-def read_env(path: Path) -> dict[str, str]:
-    """The ``export K=V`` lines of ``.sandbox/env`` (``$PATH`` references expanded)."""
-    env: dict[str, str] = {}
-    for line in path.read_text().splitlines():
-        line = line.strip()
-        if not line.startswith("export "):
-            continue
-        key, _, value = line[len("export ") :].partition("=")
-        value = " ".join(shlex.split(value))
-        env[key] = value.replace("${PATH}", os.environ.get("PATH", ""))
-    return env
-
-
-def versions() -> dict[str, str]:
-    out: dict[str, str] = {}
-    for line in (REPO / "sandbox" / "versions.env").read_text().splitlines():
-        if "=" in line and not line.lstrip().startswith("#"):
-            k, _, v = line.partition("=")
-            out[k.strip()] = v.strip()
-    return out
-
-
-def api_ready(env: dict[str, str]) -> bool:
-    """Does the sandbox's API server answer with the admin kubeconfig?"""
-    kubeconfig = env.get("KUBECONFIG")
-    if not kubeconfig or not Path(kubeconfig).exists():
-        return False
-    try:
-        api = config.new_client_from_config(config_file=kubeconfig)
-    except Exception:
-        return False
-    try:
-        client.VersionApi(api).get_code(_request_timeout=5)
-        return True
-    except Exception:
-        return False
-    finally:
-        api.close()
-
-
-@dataclass
-class Sandbox:
-    env: dict[str, str]
-    api: client.ApiClient
-    started_here: bool
-
-    @property
-    def kubeconfig(self) -> str:
-        return self.env["KUBECONFIG"]
-
-
 @pytest.fixture(scope="session")
-def sandbox() -> Iterator[Sandbox]:
-    env_file = state_dir() / "env"
-    env = read_env(env_file) if env_file.exists() else {}
+def sandbox() -> Iterator[Cluster]:
     started = False
-    if not api_ready(env):
+    if not api_answers(sandbox_env()):
         proc = subprocess.run(
             ["bash", str(REPO / "sandbox" / "up.sh")],
             cwd=REPO,
@@ -99,10 +40,9 @@ def sandbox() -> Iterator[Sandbox]:
         if proc.returncode != 0:
             pytest.fail(f"sandbox/up.sh failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
         started = True
-        env = read_env(env_file)
-    api = config.new_client_from_config(config_file=env["KUBECONFIG"])
-    yield Sandbox(env=env, api=api, started_here=started)
-    api.close()
+    cluster = Cluster(sandbox_env())
+    yield cluster
+    cluster.close()
     if started and os.environ.get("IR_SANDBOX_TEARDOWN") == "1":
         subprocess.run(
             ["bash", str(REPO / "sandbox" / "down.sh")],
@@ -113,8 +53,14 @@ def sandbox() -> Iterator[Sandbox]:
         )
 
 
+@pytest.fixture()
+def kit(sandbox: Cluster) -> Cluster:
+    """The sandbox's client, by the name the bridge and gateway tests give it."""
+    return sandbox
+
+
 @pytest.fixture(scope="session")
-def api_client(sandbox: Sandbox) -> client.ApiClient:
+def api_client(sandbox: Cluster) -> client.ApiClient:
     return sandbox.api
 
 
@@ -132,18 +78,8 @@ def namespace(api_client: client.ApiClient, request: pytest.FixtureRequest) -> I
             )
         )
     )
-    deadline = time.monotonic() + 30
-    while True:  # pods are rejected until kube-controller-manager made the ServiceAccount
-        try:
-            core.read_namespaced_service_account("default", name)
-            break
-        except ApiException as e:
-            if e.status != 404 or time.monotonic() > deadline:
-                raise
-            time.sleep(0.2)
+    # pods are rejected until kube-controller-manager made the ServiceAccount
+    wait_for(lambda: core.read_namespaced_service_account("default", name), 30,
+             f"the default ServiceAccount in {name}", interval=0.2)
     yield name
-    try:
-        core.delete_namespace(name, propagation_policy="Background")
-    except ApiException as e:
-        if e.status != 404:
-            raise
+    ignore_status(404, core.delete_namespace, name, propagation_policy="Background")

@@ -5,15 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import time
-from pathlib import Path
 
 import httpx
 import pytest
 from kubernetes import client
 
-from irsandbox import testkit
+from irsandbox import manifests
 from irsandbox.bridge import listen_addresses
-from irsandbox.common import pid_cmdline, read_json
+from irsandbox.common import pid_cmdline, read_json, wait_for
 from irsandbox.loadgen import run_load
 from irsandbox.podspec import CONDITION_LOADED, LABEL_REVISION
 
@@ -21,14 +20,6 @@ pytestmark = [pytest.mark.sandbox, pytest.mark.timeout(240)]
 
 #: vllm:time_to_first_token_seconds buckets of llm-d-inference-sim (pkg/common/utils.go)
 TTFT_BUCKETS = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0]
-
-
-@pytest.fixture()
-def kit(sandbox, api_client: client.ApiClient) -> testkit.Sandbox:
-    state = Path(sandbox.env.get("IR_STATE") or Path(sandbox.env["KUBECONFIG"]).parent)
-    return testkit.Sandbox(
-        api_client, state, sandbox.env["PROMETHEUS_URL"], sandbox.env["GATEWAY_URL"]
-    )
 
 
 def bucket_of(seconds: float) -> tuple[float, float]:
@@ -48,7 +39,7 @@ def test_simulator_metrics_reach_prometheus_with_pod_labels_and_ttft(kit, namesp
     for rev, ttft in ttfts.items():
         kit.create(
             namespace,
-            testkit.vllm_deployment(
+            manifests.vllm_deployment(
                 f"chat-{rev}",
                 revision=rev,
                 annotations={
@@ -64,7 +55,7 @@ def test_simulator_metrics_reach_prometheus_with_pod_labels_and_ttft(kit, namesp
     endpoints = kit.endpoints()
     for pod in pods.values():
         sel = f'namespace="{namespace}",pod="{pod}"'
-        testkit.wait_for(
+        wait_for(
             lambda sel=sel: kit.prom_value(f"up{{{sel}}}") == 1, 30, f"Prometheus scraping {sel}"
         )
 
@@ -87,7 +78,7 @@ def test_simulator_metrics_reach_prometheus_with_pod_labels_and_ttft(kit, namesp
 
     for rev, pod in pods.items():
         sel = f'namespace="{namespace}",pod="{pod}"'
-        up = testkit.wait_for(lambda sel=sel: kit.prom(f"up{{{sel}}}"), 30, f"target {sel}")
+        up = wait_for(lambda sel=sel: kit.prom(f"up{{{sel}}}"), 30, f"target {sel}")
         labels = up[0]["metric"]
         assert labels["job"] == "pods" and labels["container"] == "vllm"
         assert labels["app"] == "chat"
@@ -98,7 +89,7 @@ def test_simulator_metrics_reach_prometheus_with_pod_labels_and_ttft(kit, namesp
             f"histogram_quantile(0.99, sum by (le) (rate("
             f"vllm:time_to_first_token_seconds_bucket{{{sel}}}[1m])))"
         )
-        p99 = testkit.wait_for(lambda q=q: kit.prom_value(q), 30, q)
+        p99 = wait_for(lambda q=q: kit.prom_value(q), 30, q)
         lower, upper = bucket_of(ttfts[rev] / 1000)
         assert lower < p99 <= upper, (rev, p99)
         count = kit.prom_value(f"sum(vllm:time_to_first_token_seconds_count{{{sel}}})")
@@ -111,7 +102,7 @@ def test_simulator_metrics_reach_prometheus_with_pod_labels_and_ttft(kit, namesp
 def test_startup_seconds_delays_ready_and_the_simulator_agrees(kit, namespace):
     kit.create(
         namespace,
-        testkit.vllm_deployment(
+        manifests.vllm_deployment(
             "chat-slow-load",
             revision="load",
             annotations={"sim.inference.dev/startup-seconds": "6"},
@@ -123,18 +114,18 @@ def test_startup_seconds_delays_ready_and_the_simulator_agrees(kit, namespace):
         pods = kit.pods(namespace, sel)
         return pods[0] if pods and pods[0].get("status", {}).get("phase") == "Running" else None
 
-    pod = testkit.wait_for(running_pod, 30, "pod Running")
+    pod = wait_for(running_pod, 30, "pod Running")
     name = pod["metadata"]["name"]
     key = f"{namespace}/{name}"
     started = time.monotonic()
-    sim = testkit.wait_for(lambda: kit.endpoints().get(key), 10, "simulator serving")
+    sim = wait_for(lambda: kit.endpoints().get(key), 10, "simulator serving")
     # loading: the pod is not Ready, the simulator's /health/ready says 503, the gateway's map
     # already knows the process but EndpointSlices will not list it
     time.sleep(1.0)
     assert not kit.ready_pods(namespace, sel)
     base = f"http://127.0.0.1:{sim['sim_port']}"
     assert httpx.get(f"{base}/health/ready", timeout=2).status_code == 503
-    cond = testkit.wait_for(
+    cond = wait_for(
         lambda: {c["type"]: c for c in kit.pods(namespace, sel)[0]["status"]["conditions"]}.get(
             CONDITION_LOADED
         ),
@@ -143,12 +134,12 @@ def test_startup_seconds_delays_ready_and_the_simulator_agrees(kit, namespace):
     )
     assert cond["status"] == "False" and cond["reason"] == "ModelLoading"
 
-    testkit.wait_for(lambda: kit.ready_pods(namespace, sel), 20, "pod Ready", interval=0.05)
+    wait_for(lambda: kit.ready_pods(namespace, sel), 20, "pod Ready", interval=0.05)
     became_ready = time.monotonic() - started
     assert became_ready >= 5.5, f"Ready after {became_ready:.1f}s, startup-seconds is 6"
     # KWOK's timer starts when it marks the pod Running, the simulator's when the bridge has
     # started it (a few hundred ms later): /health/ready follows Ready within that lag
-    testkit.wait_for(
+    wait_for(
         lambda: httpx.get(f"{base}/health/ready", timeout=2).status_code == 200,
         2,
         "simulator /health/ready 200 shortly after Ready",
@@ -156,7 +147,7 @@ def test_startup_seconds_delays_ready_and_the_simulator_agrees(kit, namespace):
     )
     lag = time.monotonic() - started - became_ready
     print(f"Ready after {became_ready:.2f}s; simulator loaded {lag:.2f}s later")
-    testkit.wait_for(
+    wait_for(
         lambda: any(
             c["type"] == CONDITION_LOADED and c["status"] == "True"
             for c in kit.pods(namespace, sel)[0]["status"]["conditions"]
@@ -167,7 +158,7 @@ def test_startup_seconds_delays_ready_and_the_simulator_agrees(kit, namespace):
 
 
 def test_annotation_change_reaches_the_running_simulator(kit, namespace):
-    kit.create(namespace, testkit.vllm_deployment("chat-live", revision="live"))
+    kit.create(namespace, manifests.vllm_deployment("chat-live", revision="live"))
     (key,) = kit.wait_serving(namespace, f"{LABEL_REVISION}=live", 1)
     name = key.split("/", 1)[1]
     url = f"http://{kit.endpoints()[key]['address']}"
@@ -189,14 +180,14 @@ def test_annotation_change_reaches_the_running_simulator(kit, namespace):
         cfg = httpx.get(f"{url}/admin/config", timeout=2).json()
         return cfg.get("failure-injection-rate") == 100 and cfg
 
-    testkit.wait_for(config_applied, 10, "failure-injection-rate=100 in /admin/config")
+    wait_for(config_applied, 10, "failure-injection-rate=100 in /admin/config")
     report = asyncio.run(run_load(url, model="llama", rate=0, requests=20, concurrency=4))
     assert report.errors == {"http_503": 20}
 
     core.patch_namespaced_pod(
         name, namespace, {"metadata": {"annotations": {"sim.inference.dev/failure-rate": "0"}}}
     )
-    testkit.wait_for(
+    wait_for(
         lambda: (
             httpx.get(f"{url}/admin/config", timeout=2).json().get("failure-injection-rate") == 0
         ),
@@ -211,7 +202,7 @@ def test_annotation_change_reaches_the_running_simulator(kit, namespace):
 
 
 def test_deleting_the_pod_stops_its_simulator_and_target(kit, namespace):
-    kit.create(namespace, testkit.vllm_deployment("chat-gone", revision="gone"))
+    kit.create(namespace, manifests.vllm_deployment("chat-gone", revision="gone"))
     (key,) = kit.wait_serving(namespace, f"{LABEL_REVISION}=gone", 1)
     name = key.split("/", 1)[1]
     sim = kit.endpoints()[key]
@@ -224,8 +215,8 @@ def test_deleting_the_pod_stops_its_simulator_and_target(kit, namespace):
     client.AppsV1Api(kit.api).patch_namespaced_deployment_scale(
         "chat-gone", namespace, {"spec": {"replicas": 0}}
     )
-    testkit.wait_for(lambda: key not in kit.endpoints(), 30, "pod out of the endpoint map")
-    testkit.wait_for(lambda: not pid_cmdline(pid), 15, f"simulator pid {pid} to exit")
+    wait_for(lambda: key not in kit.endpoints(), 30, "pod out of the endpoint map")
+    wait_for(lambda: not pid_cmdline(pid), 15, f"simulator pid {pid} to exit")
     assert not target.exists()
     with pytest.raises(httpx.ConnectError):
         httpx.get(f"http://127.0.0.1:{sim['sim_port']}/health", timeout=1)
@@ -234,7 +225,7 @@ def test_deleting_the_pod_stops_its_simulator_and_target(kit, namespace):
 def test_simulators_listen_on_loopback_only(kit, namespace):
     """The sandbox builds llm-d-inference-sim with its listener patched to 127.0.0.1 (upstream
     listens on every interface); the shim in front of it is loopback-only as well."""
-    kit.create(namespace, testkit.vllm_deployment("chat-lo", revision="lo"))
+    kit.create(namespace, manifests.vllm_deployment("chat-lo", revision="lo"))
     (key,) = kit.wait_serving(namespace, f"{LABEL_REVISION}=lo", 1)
     ep = kit.endpoints()[key]
     assert listen_addresses(ep["sim_port"]) == {"127.0.0.1"}, ep

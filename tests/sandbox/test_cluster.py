@@ -3,34 +3,16 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 from kubernetes import client
 
+from irsandbox.common import versions, wait_for
+
 pytestmark = [pytest.mark.sandbox, pytest.mark.timeout(180)]
 
-T = TypeVar("T")
 PAUSE = "registry.k8s.io/pause:3.10"  # never pulled: KWOK only pretends to run containers
-
-
-def versions() -> dict[str, str]:
-    text = (Path(__file__).resolve().parents[2] / "sandbox" / "versions.env").read_text()
-    return dict(
-        line.split("=", 1) for line in text.splitlines() if "=" in line and not line.startswith("#")
-    )
-
-
-def wait_for(what: str, fn: Callable[[], T | None], timeout: float = 60.0) -> T:
-    deadline, last = time.monotonic() + timeout, None
-    while time.monotonic() < deadline:
-        last = fn()
-        if last:
-            return last
-        time.sleep(0.25)
-    pytest.fail(f"timed out after {timeout}s waiting for {what}")
 
 
 def pod_ready(pod: client.V1Pod) -> bool:
@@ -43,6 +25,17 @@ def gpu_container(gpus: int) -> client.V1Container:
         name="server",
         image=PAUSE,
         resources=client.V1ResourceRequirements(requests=res, limits=res),
+    )
+
+
+def create_gpu_pod(core: client.CoreV1Api, ns: str, name: str, gpus: int,
+                   annotations: dict[str, str] | None = None) -> None:
+    core.create_namespaced_pod(
+        ns,
+        client.V1Pod(
+            metadata=client.V1ObjectMeta(name=name, annotations=annotations),
+            spec=client.V1PodSpec(containers=[gpu_container(gpus)]),
+        ),
     )
 
 
@@ -101,13 +94,12 @@ def test_deployment_pods_become_ready_on_kwok_nodes(
         ok = [p for p in pods if p.status.phase == "Running" and pod_ready(p)]
         return ok if len(ok) == 2 else None
 
-    pods = wait_for("2 Running+Ready pods", ready_pods)
+    pods = wait_for(ready_pods, 60, "2 Running+Ready pods", interval=0.25)
     for p in pods:
         node = core.read_node(p.spec.node_name)
         assert node.metadata.annotations.get("kwok.x-k8s.io/node") == "fake"
         assert p.status.pod_ip
     wait_for(
-        "Deployment available",
         lambda: (
             (
                 apps.read_namespaced_deployment_status("smoke", namespace).status.available_replicas
@@ -115,6 +107,9 @@ def test_deployment_pods_become_ready_on_kwok_nodes(
             )
             == 2
         ),
+        60,
+        "Deployment available",
+        interval=0.25,
     )
 
 
@@ -122,13 +117,7 @@ def test_pod_asking_for_more_gpus_than_any_node_stays_pending(
     api_client: client.ApiClient, namespace: str
 ) -> None:
     core = client.CoreV1Api(api_client)
-    core.create_namespaced_pod(
-        namespace,
-        client.V1Pod(
-            metadata=client.V1ObjectMeta(name="too-big"),
-            spec=client.V1PodSpec(containers=[gpu_container(16)]),
-        ),
-    )
+    create_gpu_pod(core, namespace, "too-big", 16)
 
     def unschedulable() -> client.V1PodCondition | None:
         pod = core.read_namespaced_pod("too-big", namespace)
@@ -141,7 +130,7 @@ def test_pod_asking_for_more_gpus_than_any_node_stays_pending(
             None,
         )
 
-    cond = wait_for("PodScheduled=False", unschedulable, timeout=30)
+    cond = wait_for(unschedulable, 30, "PodScheduled=False", interval=0.25)
     assert cond.reason == "Unschedulable"
     assert "nvidia.com/gpu" in (cond.message or "")
     time.sleep(3)
@@ -155,26 +144,20 @@ def test_startup_seconds_annotation_delays_ready(
 ) -> None:
     """KWOK's pod-ready stage (sandbox/kwok/stages.yaml) waits sim.inference.dev/startup-seconds."""
     core = client.CoreV1Api(api_client)
-    core.create_namespaced_pod(
-        namespace,
-        client.V1Pod(
-            metadata=client.V1ObjectMeta(
-                name="slow", annotations={"sim.inference.dev/startup-seconds": "4"}
-            ),
-            spec=client.V1PodSpec(containers=[gpu_container(1)]),
-        ),
-    )
+    create_gpu_pod(core, namespace, "slow", 1, {"sim.inference.dev/startup-seconds": "4"})
     running = wait_for(
-        "Running",
         lambda: (
             p
             if (p := core.read_namespaced_pod("slow", namespace)).status.phase == "Running"
             else None
         ),
-        timeout=30,
+        30,
+        "Running",
+        interval=0.25,
     )
     t_running = time.monotonic()
     assert not pod_ready(running)
-    wait_for("Ready", lambda: pod_ready(core.read_namespaced_pod("slow", namespace)), timeout=30)
+    wait_for(lambda: pod_ready(core.read_namespaced_pod("slow", namespace)), 30, "Ready",
+             interval=0.25)
     waited = time.monotonic() - t_running
     assert 2.0 <= waited <= 10.0, waited

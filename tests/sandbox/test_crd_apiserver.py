@@ -9,22 +9,14 @@ from typing import Any
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from irsandbox.harness import GROUP, PLURAL, VERSION, Cluster
+from irsandbox.cluster import GROUP, PLURAL, VERSION, Cluster
+from irsandbox.manifests import inference_rollout
 
 pytestmark = pytest.mark.sandbox
 
-VALID: dict[str, Any] = {
-    "apiVersion": f"{GROUP}/{VERSION}", "kind": "InferenceRollout",
-    "metadata": {"name": "chat"},
-    "spec": {
-        "template": {"spec": {"containers": [{
-            "name": "vllm", "image": "vllm/vllm-openai:v0.11.0",
-            "ports": [{"name": "http", "containerPort": 8000}]}]}},
-        "traffic": {"gatewayAPI": {"httpRouteRef": {"name": "chat"}}},
-        "analysis": {"interval": "1m", "prometheus": {"address": "http://prom:9090"},
-                     "metrics": [{"name": "errors", "template": "error-rate", "max": 0.01}]},
-    },
-}
+VALID = inference_rollout(
+    "chat", analysis={"interval": "1m", "prometheus": {"address": "http://prom:9090"},
+                      "metrics": [{"name": "errors", "template": "error-rate", "max": 0.01}]})
 
 
 def _with(path: str, value: Any) -> dict[str, Any]:
@@ -64,10 +56,9 @@ INVALID = [
 
 
 @pytest.fixture(scope="module")
-def crd_cluster(sandbox: Any) -> Cluster:
-    c = Cluster()
-    c.install_crd()
-    return c
+def crd_cluster(sandbox: Cluster) -> Cluster:
+    sandbox.install_crd()
+    return sandbox
 
 
 def test_a_valid_manifest_is_stored(crd_cluster: Cluster, namespace: str) -> None:

@@ -23,10 +23,11 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from irsandbox.common import REPO, cache_dir, versions
+
 pytestmark = [pytest.mark.sandbox, pytest.mark.timeout(120)]
 
-ROOT = Path(__file__).resolve().parents[2]
-CHART = ROOT / "charts" / "inference-rollout"
+CHART = REPO / "charts" / "inference-rollout"
 
 #: The least-privilege contract: (apiGroup, resource) -> verbs, derived from the operator's code
 #: (the reasons are comments in charts/inference-rollout/templates/_rbac_rules.tpl). A change here
@@ -46,15 +47,6 @@ CRD_SCANNING = {("apiextensions.k8s.io", "customresourcedefinitions"): ["list", 
 NAMESPACE_SCANNING = {("", "namespaces"): ["list", "watch"]}
 
 
-def versions() -> dict[str, str]:
-    out = {}
-    for line in (ROOT / "sandbox" / "versions.env").read_text().splitlines():
-        if "=" in line and not line.lstrip().startswith("#"):
-            key, _, value = line.partition("=")
-            out[key.strip()] = value.strip()
-    return out
-
-
 #: The helm majors the chart is tested with: (build.sh step, its version in versions.env).
 HELMS = {"helm4": ("helm", "HELM_VERSION"), "helm3": ("helm3", "HELM3_VERSION")}
 #: The one this module's tests run with now (set by the ``helm_major`` fixture).
@@ -64,8 +56,7 @@ _current = {"major": "helm4"}
 def helm_binary(major: str = "helm4") -> Path:
     """A helm that sandbox/build.sh builds: $IR_CACHE/bin/<step>-<version>."""
     step, key = HELMS[major]
-    cache = Path(os.environ.get("IR_CACHE") or Path.home() / ".cache" / "inference-rollout")
-    path = cache / "bin" / f"{step}-{versions()[key]}"
+    path = cache_dir() / "bin" / f"{step}-{versions()[key]}"
     if not os.access(path, os.X_OK):
         pytest.fail(f"{major} is missing: {path} is not an executable; build it with "
                     f"`bash sandbox/build.sh {step}` (make test does this)", pytrace=False)
@@ -273,7 +264,7 @@ def test_metrics_service_and_optional_service_monitor() -> None:
 def test_crds_come_from_the_chart_crds_directory() -> None:
     crds = of_kind(render(include_crds=True), "CustomResourceDefinition")
     assert [c["metadata"]["name"] for c in crds] == ["inferencerollouts.rollouts.inference.dev"]
-    top = yaml.safe_load((ROOT / "crds" / "rollouts.inference.dev_inferencerollouts.yaml")
+    top = yaml.safe_load((REPO / "crds" / "rollouts.inference.dev_inferencerollouts.yaml")
                          .read_text())
     assert crds[0] == top
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 import shutil
 import subprocess
 import uuid
@@ -26,13 +25,13 @@ import pytest
 import yaml
 from kubernetes import client
 from kubernetes.dynamic import DynamicClient
-from test_delivery_chart import render, versions
+from test_delivery_chart import render
 
-from irsandbox.harness import CRD_FILE, Cluster, wait_for
+from irsandbox.cluster import CRD_FILE, Cluster
+from irsandbox.common import REPO, cache_dir, versions
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.timeout(300)]
 
-ROOT = Path(__file__).resolve().parents[2]
 FIELD_MANAGER = "inference-rollout-delivery-tests"
 
 
@@ -81,12 +80,7 @@ def install_crd(cluster: Cluster) -> None:
     name = body["metadata"]["name"]
     path = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}"
     server_side_apply(cluster.api, path, body, dry_run=False, manager="inference-rollout-tests")
-
-    def established() -> bool:
-        crd = cluster.ext.read_custom_resource_definition(name)
-        return any(c.type == "Established" and c.status == "True"
-                   for c in crd.status.conditions or [])
-    wait_for(established, 30, f"CRD {name} Established")
+    cluster.wait_crd_established(name)
 
 
 @pytest.fixture(scope="module")
@@ -152,13 +146,16 @@ def documents(path: Path) -> list[dict[str, Any]]:
 
 # --- examples ------------------------------------------------------------------------------------
 
-EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
+EXAMPLES = sorted((REPO / "examples").glob("*.yaml"))
+#: the kind path (hack/kind-up.sh)
+KIND_FILES = sorted((REPO / "deploy" / "kind").glob("*.yaml"))
 
 
-@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
-def test_example_is_accepted_by_the_api_server(
+@pytest.mark.parametrize("path", EXAMPLES + KIND_FILES, ids=lambda p: str(p.relative_to(REPO)))
+def test_manifest_is_accepted_by_the_api_server(
     path: Path, cluster: Cluster, dynamic: DynamicClient, namespaces: dict[str, str]
 ) -> None:
+    """Every example and every kind-path manifest, server-side dry-run applied."""
     for doc in documents(path):
         dry_run_apply(cluster, dynamic, remap(doc, namespaces))
 
@@ -169,7 +166,7 @@ def test_dry_run_rejects_what_the_crd_forbids(
     # The guard of the guard: a broken example must fail this test, not pass silently.
     (doc,) = [
         d
-        for d in documents(ROOT / "examples" / "owned-route.yaml")
+        for d in documents(REPO / "examples" / "owned-route.yaml")
         if d["kind"] == "InferenceRollout"
     ]
     bad = remap(doc, namespaces)
@@ -183,16 +180,6 @@ def test_dry_run_rejects_what_the_crd_forbids(
 
 
 # --- the kind path -------------------------------------------------------------------------------
-
-KIND_FILES = sorted((ROOT / "deploy" / "kind").glob("*.yaml"))
-
-
-@pytest.mark.parametrize("path", KIND_FILES, ids=lambda p: p.name)
-def test_kind_manifest_is_accepted_by_the_api_server(
-    path: Path, cluster: Cluster, dynamic: DynamicClient, namespaces: dict[str, str]
-) -> None:
-    for doc in documents(path):
-        dry_run_apply(cluster, dynamic, remap(doc, namespaces))
 
 
 def test_kind_loadgen_target_configmap(
@@ -217,7 +204,7 @@ def test_gateway_api_standard_crds(cluster: Cluster, dynamic: DynamicClient) -> 
     # kind-up.sh applies the release's standard-install.yaml; the sandbox holds the same
     # version's standard-channel CRDs from the sigs.k8s.io/gateway-api module (sandbox/build.sh).
     version = versions()["GATEWAY_API_VERSION"]
-    cache = Path(os.environ.get("IR_CACHE") or Path.home() / ".cache" / "inference-rollout")
+    cache = cache_dir()
     crd_dir = cache / "crds" / f"gateway-api-{version}"
     files = sorted(crd_dir.glob("*.yaml"))
     if not files:
@@ -239,7 +226,7 @@ def test_kind_up_passes_shellcheck() -> None:
         pytest.fail("shellcheck is not installed: apt-get install -y shellcheck", pytrace=False)
     proc = subprocess.run(
         [shellcheck, "-x", "-o", "all", "hack/kind-up.sh"],
-        cwd=ROOT,
+        cwd=REPO,
         capture_output=True,
         text=True,
         timeout=60,
@@ -285,6 +272,6 @@ def test_rendered_chart_is_accepted_by_the_api_server(
 def test_argocd_cm_patch_is_a_valid_configmap(
     cluster: Cluster, dynamic: DynamicClient, namespaces: dict[str, str]
 ) -> None:
-    (doc,) = documents(ROOT / "deploy" / "argocd" / "argocd-cm.yaml")
+    (doc,) = documents(REPO / "deploy" / "argocd" / "argocd-cm.yaml")
     doc = {**doc, "metadata": {**doc["metadata"], "namespace": namespaces["argocd"]}}
     dry_run_apply(cluster, dynamic, doc)

@@ -37,9 +37,12 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from test_delivery_chart import CHART, NAMESPACED_RULES, helm_binary
 from test_delivery_manifests import install_crd, sandbox_cluster
-from tests.e2e.scenario import BackgroundLoad, Release, rollout, with_template
 
-from irsandbox.harness import Cluster, OperatorProcess, wait_for
+from irsandbox.cluster import Cluster
+from irsandbox.common import free_port, wait_for
+from irsandbox.harness import BackgroundLoad, OperatorProcess
+from irsandbox.manifests import httproute, sandbox_rollout, with_template
+from irsandbox.story import Release
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.timeout(900)]
 
@@ -187,7 +190,8 @@ def install(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Itera
 def operator(cluster: Cluster, install: Install) -> Iterator[OperatorProcess]:
     env = {**cluster.env, "KUBECONFIG": str(install.kubeconfig)}
     op = OperatorProcess(env, log_name=f"operator-rbac-{install.watched}",
-                         namespaces=[install.watched], metrics_port=18491, liveness_port=18490)
+                         namespaces=[install.watched], metrics_port=free_port(),
+                         liveness_port=free_port())
     op.start()
     yield op
     op.stop()
@@ -295,7 +299,7 @@ def test_a_whole_release_runs_under_the_charts_identity(
     )
 
     # Release A: owned route, Prometheus analysis with the bearer-token Secret
-    manifest = rollout("rbac-a", prometheus=cluster.env["PROMETHEUS_URL"], replicas=1)
+    manifest = sandbox_rollout("rbac-a", prometheus=cluster.env["PROMETHEUS_URL"], replicas=1)
     manifest["spec"]["analysis"]["prometheus"]["bearerTokenSecretRef"] = {
         "name": TOKEN_SECRET,
         "key": "token",
@@ -310,23 +314,9 @@ def test_a_whole_release_runs_under_the_charts_identity(
     assert not refused, f"analysis errors from refused requests: {sorted(set(refused))}"
 
     # Release B: a user-owned route (merge patches), rolled back, then the rollout deleted
-    cluster.custom.create_namespaced_custom_object(
-        "gateway.networking.k8s.io",
-        "v1",
-        ns,
-        "httproutes",
-        {
-            "apiVersion": "gateway.networking.k8s.io/v1",
-            "kind": "HTTPRoute",
-            "metadata": {"name": "b-route"},
-            "spec": {
-                "parentRefs": [{"name": "sandbox"}],
-                "hostnames": ["rbac-b.test"],
-                "rules": [{"backendRefs": [{"name": "placeholder", "port": 8000}]}],
-            },
-        },
-    )
-    b = rollout(
+    route = httproute("b-route", [("placeholder", 1)], ["rbac-b.test"], parent="sandbox")
+    cluster.create(ns, route)
+    b = sandbox_rollout(
         "rbac-b",
         prometheus=cluster.env["PROMETHEUS_URL"],
         replicas=1,
@@ -349,16 +339,11 @@ def test_a_whole_release_runs_under_the_charts_identity(
     for name in ("rbac-a", "rbac-b"):
         cluster.delete_rollout(ns, name)
     wait_for(
-        lambda: (
-            not [
-                o
-                for o in cluster.custom.list_namespaced_custom_object(
-                    "rollouts.inference.dev", "v1alpha1", ns, "inferencerollouts"
-                )["items"]
-            ]
-        ),
+        lambda: not cluster.rollouts(ns),
         60,
         "both rollouts deleted (finalizer removed by the operator)",
+        interval=0.5,
+        tolerate=(),
     )
     orphan = cluster.apps.read_namespaced_deployment(f"rbac-b-{b1}", ns)
     assert not orphan.metadata.owner_references

@@ -5,28 +5,26 @@ from __future__ import annotations
 import asyncio
 import statistics
 import time
-from pathlib import Path
 
 import pytest
-from kubernetes import client
 
-from irsandbox import testkit
+from irsandbox import manifests
+from irsandbox.cluster import Cluster
+from irsandbox.common import wait_for
 from irsandbox.loadgen import BusinessMetrics, MetricsServer, run_load
+from irsandbox.manifests import SIM_ANNOTATION
 from irsandbox.podspec import LABEL_REVISION
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.timeout(300)]
 
 
-@pytest.fixture()
-def kit(sandbox, api_client: client.ApiClient) -> testkit.Sandbox:
-    state = Path(sandbox.env.get("IR_STATE") or Path(sandbox.env["KUBECONFIG"]).parent)
-    return testkit.Sandbox(
-        api_client, state, sandbox.env["PROMETHEUS_URL"], sandbox.env["GATEWAY_URL"]
-    )
+def sim(**behaviour: float) -> dict[str, str]:
+    """Simulator annotations: ``sim(itl_ms=5)`` is ``sim.inference.dev/itl-ms: "5"``."""
+    return {f"{SIM_ANNOTATION}{k.replace('_', '-')}": f"{v:g}" for k, v in behaviour.items()}
 
 
 def stable_and_canary(
-    kit: testkit.Sandbox,
+    kit: Cluster,
     ns: str,
     weights: tuple[int, int],
     replicas: tuple[int, int] = (2, 1),
@@ -38,12 +36,12 @@ def stable_and_canary(
     host = f"chat.{ns}.example"
     for rev, n, ann in (("stable", replicas[0], stable_ann), ("canary", replicas[1], canary_ann)):
         kit.create(
-            ns, testkit.vllm_deployment(f"chat-{rev}", revision=rev, replicas=n, annotations=ann)
+            ns, manifests.vllm_deployment(f"chat-{rev}", revision=rev, replicas=n, annotations=ann)
         )
-        kit.create(ns, testkit.service(f"chat-{rev}", "chat", rev))
+        kit.create(ns, manifests.service(f"chat-{rev}", "chat", rev))
     kit.create(
         ns,
-        testkit.httproute(
+        manifests.httproute(
             "chat", [("chat-stable", weights[0]), ("chat-canary", weights[1])], [host]
         ),
     )
@@ -77,14 +75,8 @@ def test_weight_changes_drop_no_requests(kit, namespace):
     """Streaming load at 60 req/s while the weights move 90/10 -> 50/50 -> 0/100 -> 100/0:
     every request succeeds (nginx reloads gracefully), and once the last change is programmed
     the weight-0 canary gets no new request."""
-    host = stable_and_canary(
-        kit,
-        namespace,
-        (90, 10),
-        replicas=(1, 1),
-        stable_ann={"sim.inference.dev/itl-ms": "5"},
-        canary_ann={"sim.inference.dev/itl-ms": "5"},
-    )
+    host = stable_and_canary(kit, namespace, (90, 10), replicas=(1, 1),
+                             stable_ann=sim(itl_ms=5), canary_ann=sim(itl_ms=5))
     programmed: list[tuple[float, dict[str, int]]] = []
 
     async def main():
@@ -92,16 +84,8 @@ def test_weight_changes_drop_no_requests(kit, namespace):
         t0 = loop.time()
         stop = asyncio.Event()
         load = asyncio.create_task(
-            run_load(
-                kit.gateway_url,
-                host=host,
-                model="llama",
-                rate=60,
-                stop=stop,
-                stream=True,
-                max_tokens=20,
-                concurrency=128,
-            )
+            run_load(kit.gateway_url, host=host, model="llama", rate=60, stop=stop, stream=True,
+                     max_tokens=20, concurrency=128)
         )
         for at, w in ((2, (50, 50)), (5, (0, 100)), (8, (100, 0))):
             await asyncio.sleep(max(0.0, t0 + at - loop.time()))
@@ -136,24 +120,12 @@ def test_weight_changes_drop_no_requests(kit, namespace):
 
 
 def test_streaming_latency_per_revision_through_the_gateway(kit, namespace):
-    host = stable_and_canary(
-        kit,
-        namespace,
-        (50, 50),
-        replicas=(1, 1),
-        stable_ann={"sim.inference.dev/ttft-ms": "20", "sim.inference.dev/itl-ms": "2"},
-        canary_ann={"sim.inference.dev/ttft-ms": "250", "sim.inference.dev/itl-ms": "20"},
-    )
+    host = stable_and_canary(kit, namespace, (50, 50), replicas=(1, 1),
+                             stable_ann=sim(ttft_ms=20, itl_ms=2),
+                             canary_ann=sim(ttft_ms=250, itl_ms=20))
     report = asyncio.run(
-        run_load(
-            kit.gateway_url,
-            host=host,
-            model="llama",
-            rate=40,
-            requests=80,
-            stream=True,
-            max_tokens=16,
-        )
+        run_load(kit.gateway_url, host=host, model="llama", rate=40, requests=80, stream=True,
+                 max_tokens=16)
     )
     assert report.failed == 0, report.errors
     by_rev = {rev: [r for r in report.results if r.revision == rev] for rev in ("stable", "canary")}
@@ -166,26 +138,14 @@ def test_streaming_latency_per_revision_through_the_gateway(kit, namespace):
 def test_business_metric_per_revision_reaches_prometheus(kit, namespace):
     """A canary annotated business-fail-rate=8 fails exactly 8 % of the JSON checks; the load
     generator's counter reaches Prometheus per revision, where a business-metric query sees it."""
-    host = stable_and_canary(
-        kit,
-        namespace,
-        (50, 50),
-        replicas=(1, 1),
-        canary_ann={"sim.inference.dev/business-fail-rate": "8"},
-    )
+    host = stable_and_canary(kit, namespace, (50, 50), replicas=(1, 1),
+                             canary_ann=sim(business_fail_rate=8))
 
     async def main():
         metrics = BusinessMetrics()
         async with MetricsServer(metrics, 0, targets_dir=kit.state / "prometheus" / "targets"):
-            report = await run_load(
-                kit.gateway_url,
-                host=host,
-                model="llama",
-                rate=50,
-                requests=400,
-                json_check=True,
-                metrics=metrics,
-            )
+            report = await run_load(kit.gateway_url, host=host, model="llama", rate=50,
+                                    requests=400, json_check=True, metrics=metrics)
             # One query, so the counts and the total come from the same scrape (two queries
             # could straddle one, pairing ratios from before the last requests with a total
             # from after them).
@@ -202,7 +162,7 @@ def test_business_metric_per_revision_reaches_prometheus(kit, namespace):
                 return {rev: c.get("pass", 0.0) / sum(c.values()) for rev, c in counts.items()}
 
             ratios = await asyncio.to_thread(
-                testkit.wait_for, scraped, 20, "loadgen counters in Prometheus"
+                wait_for, scraped, 20, "loadgen counters in Prometheus"
             )
             return report, ratios
 
@@ -223,9 +183,9 @@ def test_route_status_and_backend_without_endpoints(kit, namespace):
     """The gateway reports Accepted/ResolvedRefs per parentRef with the observed generation; a
     backendRef to a missing Service keeps its share as HTTP 500 (Gateway API semantics)."""
     host = f"chat.{namespace}.example"
-    kit.create(namespace, testkit.vllm_deployment("chat-stable", revision="stable"))
-    kit.create(namespace, testkit.service("chat-stable", "chat", "stable"))
-    kit.create(namespace, testkit.httproute("chat", [("chat-stable", 3), ("missing", 1)], [host]))
+    kit.create(namespace, manifests.vllm_deployment("chat-stable", revision="stable"))
+    kit.create(namespace, manifests.service("chat-stable", "chat", "stable"))
+    kit.create(namespace, manifests.httproute("chat", [("chat-stable", 3), ("missing", 1)], [host]))
     kit.wait_serving(namespace, f"{LABEL_REVISION}=stable", 1)
     kit.wait_programmed(namespace, "chat", {"chat-stable": 1, "missing": 0})
 
@@ -236,7 +196,7 @@ def test_route_status_and_backend_without_endpoints(kit, namespace):
         gen = route["metadata"]["generation"]
         return conds if conds.get("Accepted", {}).get("observedGeneration") == gen else None
 
-    conds = testkit.wait_for(status, 20, "route status")
+    conds = wait_for(status, 20, "route status")
     assert conds["Accepted"]["status"] == "True"
     assert conds["ResolvedRefs"]["status"] == "False"
     assert conds["ResolvedRefs"]["reason"] == "BackendNotFound"
@@ -251,10 +211,10 @@ def test_route_status_and_backend_without_endpoints(kit, namespace):
 def test_inference_pool_backend(kit, namespace):
     host = f"pool.{namespace}.example"
     for rev in ("a", "b"):
-        kit.create(namespace, testkit.vllm_deployment(f"chat-{rev}", revision=rev))
-    kit.create(namespace, testkit.inference_pool("chat-pool", {"app": "chat"}))
+        kit.create(namespace, manifests.vllm_deployment(f"chat-{rev}", revision=rev))
+    kit.create(namespace, manifests.inference_pool("chat-pool", {"app": "chat"}))
     kit.create(
-        namespace, testkit.httproute("pool", [("chat-pool", 1)], [host], kind="InferencePool")
+        namespace, manifests.httproute("pool", [("chat-pool", 1)], [host], kind="InferencePool")
     )
     for rev in ("a", "b"):
         kit.wait_serving(namespace, f"{LABEL_REVISION}={rev}", 1)

@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from pathlib import Path
 
 import httpx
 import pytest
-from kubernetes import client
 
-from irsandbox import testkit
+from irsandbox import manifests
+from irsandbox.common import wait_for
 from irsandbox.loadgen import LoadReport, run_load
 from irsandbox.podspec import LABEL_REVISION
 
@@ -22,24 +21,16 @@ pytestmark = [pytest.mark.sandbox, pytest.mark.timeout(240)]
 CHAT = "/v1/chat/completions"
 
 
-@pytest.fixture()
-def kit(sandbox, api_client: client.ApiClient) -> testkit.Sandbox:
-    state = Path(sandbox.env.get("IR_STATE") or Path(sandbox.env["KUBECONFIG"]).parent)
-    return testkit.Sandbox(
-        api_client, state, sandbox.env["PROMETHEUS_URL"], sandbox.env["GATEWAY_URL"]
-    )
-
-
 def test_injected_failures_are_http_5xx_in_prometheus(kit, namespace):
     """A pod with failure-rate 30 and a healthy one, 50/50 behind the gateway, ~200 requests
     (half streamed): Prometheus' 5xx ratio for the failing pod is about 0.3, for the healthy one
     0, and each pod's counters in Prometheus equal what the clients saw from it."""
     host = f"chat.{namespace}.example"
     for rev, ann in (("healthy", {}), ("failing", {"sim.inference.dev/failure-rate": "30"})):
-        kit.create(namespace, testkit.vllm_deployment(f"chat-{rev}", revision=rev,
+        kit.create(namespace, manifests.vllm_deployment(f"chat-{rev}", revision=rev,
                                                       annotations=ann))
-        kit.create(namespace, testkit.service(f"chat-{rev}", "chat", rev))
-    kit.create(namespace, testkit.httproute(
+        kit.create(namespace, manifests.service(f"chat-{rev}", "chat", rev))
+    kit.create(namespace, manifests.httproute(
         "chat", [("chat-healthy", 50), ("chat-failing", 50)], [host]))
     pods = {}
     for rev in ("healthy", "failing"):
@@ -52,7 +43,7 @@ def test_injected_failures_are_http_5xx_in_prometheus(kit, namespace):
         # traffic and the scrape go to the shim, not to the simulator
         assert ep["shim_port"] and ep["port"] == ep["shim_port"] != ep["sim_port"], ep
         sel = f'namespace="{namespace}",pod="{pod}"'
-        up = testkit.wait_for(lambda sel=sel: kit.prom(f"up{{{sel}}}"), 30, f"target {sel}")
+        up = wait_for(lambda sel=sel: kit.prom(f"up{{{sel}}}"), 30, f"target {sel}")
         assert up[0]["metric"]["instance"] == ep["address"]
 
     # ~8 s of load so that several 1 s scrapes see the counters rise
@@ -80,7 +71,7 @@ def test_injected_failures_are_http_5xx_in_prometheus(kit, namespace):
             want = seen[(pod, status)]
             q = (f'sum(http_requests_total{{{sel},handler="{CHAT}",method="POST",'
                  f'status="{status}"}}) or vector(0)')
-            testkit.wait_for(lambda q=q, want=want: kit.prom_value(q) == want, 20,
+            wait_for(lambda q=q, want=want: kit.prom_value(q) == want, 20,
                              f"{q} == {want} (last {kit.prom_value(q)})")
         total = f"sum(rate(http_requests_total{{{sel}}}[1m]))"
         errors = f'sum(rate(http_requests_total{{{sel},status="5xx"}}[1m]))'
@@ -97,13 +88,13 @@ def test_injected_failures_are_http_5xx_in_prometheus(kit, namespace):
             f'sum(http_request_duration_seconds_count{{{sel},handler="{CHAT}"}})')
         assert count == seen[(pod, "2xx")] + seen[(pod, "5xx")]
         ok = f"sum(vllm:request_success_total{{{sel}}})"
-        testkit.wait_for(lambda ok=ok, pod=pod: kit.prom_value(ok) == seen[(pod, "2xx")], 10, ok)
+        wait_for(lambda ok=ok, pod=pod: kit.prom_value(ok) == seen[(pod, "2xx")], 10, ok)
         assert {r["metric"]["instance"] for r in kit.prom(f"vllm:num_requests_running{{{sel}}}")
                 } == {endpoints[f"{namespace}/{pod}"]["address"]}
 
 
 def test_shim_metrics_page_has_the_simulators_metrics_and_the_http_counters(kit, namespace):
-    kit.create(namespace, testkit.vllm_deployment("chat-page", revision="page"))
+    kit.create(namespace, manifests.vllm_deployment("chat-page", revision="page"))
     (key,) = kit.wait_serving(namespace, f"{LABEL_REVISION}=page", 1)
     ep = kit.endpoints()[key]
     base = f"http://{ep['address']}"

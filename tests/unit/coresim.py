@@ -20,36 +20,27 @@ from inference_rollout.core.types import (
     Decision,
     DeleteRevision,
     EnsureRevision,
+    EvaluationOutcome,
     Measurement,
     MeasurementError,
     Observation,
     RevisionState,
     SetWeights,
 )
+from irsandbox.manifests import container, inference_rollout
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 
 
 def manifest_spec(**over: Any) -> dict[str, Any]:
-    spec: dict[str, Any] = {
-        "replicas": 4,
-        "template": {
-            "metadata": {"labels": {"app": "chat"}},
-            "spec": {"containers": [{
-                "name": "vllm", "image": "vllm/vllm-openai:v0.11.0",
-                "args": ["--model", "m1", "--max-num-seqs", "32"],
-                "ports": [{"name": "http", "containerPort": 8000}],
-            }]},
-        },
-        "traffic": {"gatewayAPI": {"httpRouteRef": {"name": "chat"}}},
-        "strategy": {"steps": [{"weight": 5, "pause": "1m"}, {"weight": 20, "pause": "1m"},
-                               {"weight": 50, "pause": "1m"}, {"weight": 100}]},
-        "analysis": {
-            "interval": "10s",
-            "prometheus": {"address": "http://prom:9090"},
-            "metrics": [{"name": "errors", "template": "error-rate", "max": 0.01}],
-        },
-    }
+    spec: dict[str, Any] = inference_rollout(
+        "chat", replicas=4,
+        containers=[container(args=["--model", "m1", "--max-num-seqs", "32"])],
+        strategy={"steps": [{"weight": 5, "pause": "1m"}, {"weight": 20, "pause": "1m"},
+                            {"weight": 50, "pause": "1m"}, {"weight": 100}]},
+        analysis={"interval": "10s", "prometheus": {"address": "http://prom:9090"},
+                  "metrics": [{"name": "errors", "template": "error-rate", "max": 0.01}]},
+    )["spec"]
     spec.update(over)
     return spec
 
@@ -220,6 +211,10 @@ class Sim:
             out[metric.name] = measurement_for(metric, kind)
         return out
 
+    def evaluate(self) -> EvaluationOutcome | None:
+        """The business evaluation's outcome when it is due (none in this world)."""
+        return None
+
     def reconcile(self, *, measure: bool = True, settle: bool = True, deleting: bool = False,
                   invalid: tuple[str, ...] = (), **requests: bool) -> Decision:
         for name, value in requests.items():
@@ -233,7 +228,8 @@ class Sim:
             generation=self.generation, template_hash=template_hash(self.body["template"]),
             revisions=dict(self.world.deployments),
             route=None if self.world.route is None else dict(self.world.route),
-            measurements=measurements, invalid=invalid, deleting=deleting)
+            measurements=measurements, evaluation=self.evaluate(), invalid=invalid,
+            deleting=deleting)
         d = decide(spec, self.status, obs, self.now)
         self.decisions.append(d)
         self.world.history.append(d)

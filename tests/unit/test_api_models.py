@@ -26,30 +26,13 @@ from inference_rollout.api.spec import (
 )
 from inference_rollout.api.status import InferenceRolloutStatus
 from inference_rollout.core import validation
+from irsandbox.manifests import user_rollout
 
 
 def spec_body() -> dict[str, Any]:
-    return {
-        "replicas": 4,
-        "template": {
-            "metadata": {"labels": {"app": "llama-chat"}},
-            "spec": {
-                "containers": [
-                    {
-                        "name": "vllm",
-                        "image": "vllm/vllm-openai:v0.11.0",
-                        "args": ["--model", "meta-llama/Llama-3.1-8B-Instruct"],
-                        "ports": [{"name": "http", "containerPort": 8000}],
-                    }
-                ]
-            },
-        },
-        "traffic": {"gatewayAPI": {"httpRouteRef": {"name": "llama-chat"}}},
-        "analysis": {
-            "prometheus": {"address": "http://prometheus.monitoring:9090"},
-            "metrics": [{"name": "error-rate", "template": "error-rate", "max": 0.01}],
-        },
-    }
+    spec: dict[str, Any] = user_rollout(
+        replicas=4, args=["--model", "meta-llama/Llama-3.1-8B-Instruct"])["spec"]
+    return spec
 
 
 def error_of(body: dict[str, Any]) -> str:

@@ -8,14 +8,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from tests.unit.coresim import Sim, manifest_spec, template_hash
+from tests.unit.coresim import Sim, manifest_spec
 
 from inference_rollout.api import reasons as r
 from inference_rollout.api.status import InferenceRolloutStatus
-from inference_rollout.core.decide import analysis_due, decide
+from inference_rollout.core.decide import decide
 from inference_rollout.core.gate import evaluation_due
 from inference_rollout.core.types import (
-    Decision,
     EvaluationOutcome,
     Observation,
     RecordEvent,
@@ -33,33 +32,12 @@ class EvalSim(Sim):
     scores: tuple[float, float] | str = (90.0, 90.0)
     runs: list[str] = field(default_factory=list)
 
-    def reconcile(self, *, measure: bool = True, settle: bool = True, deleting: bool = False,
-                  invalid: tuple[str, ...] = (), **requests: bool) -> Decision:
-        for name, value in requests.items():
-            setattr(self.status.requests, name, value)
-        spec = self.spec
-        measurements = None
-        if measure and analysis_due(spec, self.status, self.now):
-            measurements = self.measure()
-        evaluation = None
-        if evaluation_due(spec, self.status, self.now, self.world.deployments):
-            assert self.status.canary_revision is not None
-            self.runs.append(self.status.canary_revision)
-            evaluation = outcome(self.status.canary_revision, self.scores)
-        obs = Observation(
-            generation=self.generation, template_hash=template_hash(self.body["template"]),
-            revisions=dict(self.world.deployments),
-            route=None if self.world.route is None else dict(self.world.route),
-            measurements=measurements, evaluation=evaluation, invalid=invalid,
-            deleting=deleting)
-        d = decide(spec, self.status, obs, self.now)
-        self.decisions.append(d)
-        self.world.history.append(d)
-        self.world.apply(d)
-        if settle:
-            self.world.settle()
-        self.status = d.status
-        return d
+    def evaluate(self) -> EvaluationOutcome | None:
+        if not evaluation_due(self.spec, self.status, self.now, self.world.deployments):
+            return None
+        assert self.status.canary_revision is not None
+        self.runs.append(self.status.canary_revision)
+        return outcome(self.status.canary_revision, self.scores)
 
 
 def outcome(revision: str, scores: tuple[float, float] | str) -> EvaluationOutcome:

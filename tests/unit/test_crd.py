@@ -28,9 +28,10 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from inference_rollout.api import GROUP, KIND, PLURAL, SHORT_NAMES, SINGULAR, VERSION, crd
+from inference_rollout.api import GROUP, KIND, PLURAL, SHORT_NAMES, SINGULAR, crd
 from inference_rollout.api.duration import DurationError, parse_duration
 from inference_rollout.api.spec import MAX_STEPS, InferenceRolloutSpec
+from irsandbox.manifests import user_rollout
 
 REPO = Path(__file__).resolve().parents[2]
 CRD = crd.build_crd()
@@ -42,31 +43,7 @@ SCHEMA = VERSION_ENTRY["schema"]["openAPIV3Schema"]
 
 def manifest(name: str = "llama-chat") -> dict[str, Any]:
     """A valid InferenceRollout with metrics, as a user would write it."""
-    return {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": KIND,
-        "metadata": {"name": name},
-        "spec": {
-            "replicas": 2,
-            "template": {
-                "metadata": {"labels": {"app": "llama-chat"}},
-                "spec": {
-                    "containers": [
-                        {
-                            "name": "vllm",
-                            "image": "vllm/vllm-openai:v0.11.0",
-                            "ports": [{"name": "http", "containerPort": 8000}],
-                        }
-                    ]
-                },
-            },
-            "traffic": {"gatewayAPI": {"httpRouteRef": {"name": "llama-chat"}}},
-            "analysis": {
-                "prometheus": {"address": "http://prometheus.monitoring:9090"},
-                "metrics": [{"name": "error-rate", "template": "error-rate", "max": 0.01}],
-            },
-        },
-    }
+    return user_rollout(name)
 
 
 DELETE = object()

@@ -5,12 +5,12 @@ simulator. No cluster."""
 from __future__ import annotations
 
 import asyncio
-import json
 import re
 
 import httpx
 import pytest
 from aiohttp import web
+from aioserver import echo_reply, serve
 
 from irsandbox import faultproxy, loadgen
 from irsandbox.httpmetrics import HttpMetrics, group_status, handler_of, merge
@@ -144,19 +144,7 @@ def fake_sim(fail_every: int = 0) -> web.Application:
             return web.json_response(
                 {"error": {"message": "The server is overloaded or not ready yet.",
                            "code": 503}}, status=503)
-        text = body["messages"][-1]["content"]
-        if not body.get("stream"):
-            return web.json_response(
-                {"choices": [{"index": 0, "message": {"role": "assistant", "content": text}}]})
-        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-        await resp.prepare(request)
-        for i in range(0, len(text), 4):
-            chunk = {"choices": [{"index": 0, "delta": {"content": text[i:i + 4]}}]}
-            await resp.write(f"data: {json.dumps(chunk)}\n\n".encode())
-            await asyncio.sleep(0.001)
-        await resp.write(b"data: [DONE]\n\n")
-        await resp.write_eof()
-        return resp
+        return await echo_reply(request, body["messages"][-1]["content"])
 
     async def metrics(request: web.Request) -> web.Response:
         return web.Response(text=SIM_METRICS, content_type="text/plain")
@@ -169,15 +157,6 @@ def fake_sim(fail_every: int = 0) -> web.Application:
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/health", health)
     return app
-
-
-async def serve(app: web.Application) -> tuple[web.AppRunner, str]:
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    return runner, f"http://127.0.0.1:{port}"
 
 
 async def shim_for(upstream_url: str, rate: float = 0) -> tuple[web.AppRunner, str]:

@@ -9,6 +9,7 @@ import math
 import httpx
 import pytest
 from aiohttp import web
+from aioserver import echo_reply, serve
 
 from irsandbox import faultproxy, loadgen
 from irsandbox.common import read_env_file
@@ -28,34 +29,12 @@ def fake_openai(pods: list[tuple[str, str]]) -> web.Application:
         if state["n"] == 3:
             return web.json_response({"error": {"message": "overloaded"}}, status=503,
                                      headers=headers)
-        text = body["messages"][-1]["content"]
-        if not body.get("stream"):
-            return web.json_response(
-                {"choices": [{"index": 0, "message": {"role": "assistant", "content": text}}]},
-                headers=headers)
-        resp = web.StreamResponse(headers={**headers, "Content-Type": "text/event-stream"})
-        await resp.prepare(request)
-        await resp.write(b'data: {"choices":[{"delta":{"role":"assistant"}}]}\n\n')
-        for i in range(0, len(text), 5):
-            chunk = {"choices": [{"index": 0, "delta": {"content": text[i:i + 5]}}]}
-            await resp.write(f"data: {json.dumps(chunk)}\n\n".encode())
-            await asyncio.sleep(0.002)
-        await resp.write(b"data: [DONE]\n\n")
-        await resp.write_eof()
-        return resp
+        return await echo_reply(request, body["messages"][-1]["content"], headers=headers,
+                                chunk=5, delay=0.002, role_first=True)
 
     app = web.Application()
     app.router.add_post("/v1/chat/completions", chat)
     return app
-
-
-async def serve(app: web.Application) -> tuple[web.AppRunner, str]:
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    return runner, f"http://127.0.0.1:{port}"
 
 
 @pytest.mark.parametrize("stream", [False, True])
@@ -254,3 +233,11 @@ def test_read_env_file(tmp_path):
     assert read_env_file(f) == {"KUBECONFIG": "/x/kubeconfig", "GATEWAY_URL": "http://127.0.0.1:1",
                                 "PROMETHEUS_URL": "http://p"}
     assert read_env_file(tmp_path / "missing") == {}
+
+
+def test_read_env_file_expands_the_process_environment(tmp_path, monkeypatch):
+    # sandbox/up.sh writes `export PATH=<sandbox bin>:${PATH}`
+    monkeypatch.setenv("PATH", "/usr/bin")
+    f = tmp_path / "env"
+    f.write_text("export PATH=/sandbox/bin:${PATH}\n")
+    assert read_env_file(f) == {"PATH": "/sandbox/bin:/usr/bin"}

@@ -189,15 +189,19 @@ def test_render_contents(tmp_path):
     assert [r.upstream for r in routes[0].rules] == ["ir_0", ""]
 
 
-@pytest.mark.skipif(shutil.which("nginx") is None, reason="nginx not installed")
-def test_render_is_accepted_by_nginx(tmp_path):
-    text, _ = render_sample(tmp_path)
+def nginx_accepts(text: str, tmp_path) -> None:
+    """``nginx -t`` accepts the rendered configuration (run as this user)."""
     conf = tmp_path / "nginx" / "nginx.conf"
     conf.write_text(text.replace("user root;\n", ""))
     r = subprocess.run(["nginx", "-t", "-p", str(tmp_path / "nginx"), "-c", str(conf),
                         "-e", str(tmp_path / "logs" / "err.log")],
                        capture_output=True, text=True, check=False)
     assert r.returncode == 0, r.stderr
+
+
+@pytest.mark.skipif(shutil.which("nginx") is None, reason="nginx not installed")
+def test_render_is_accepted_by_nginx(tmp_path):
+    nginx_accepts(render_sample(tmp_path)[0], tmp_path)
 
 
 # --- Services by name (the forward proxy the operator's --service-proxy uses) -------------------
@@ -246,10 +250,4 @@ def test_each_service_gets_a_server_name_on_the_listener(tmp_path):
 
 @pytest.mark.skipif(shutil.which("nginx") is None, reason="nginx not installed")
 def test_service_servers_are_accepted_by_nginx(tmp_path):
-    text, _ = service_sample(tmp_path)
-    conf = tmp_path / "nginx" / "nginx.conf"
-    conf.write_text(text.replace("user root;\n", ""))
-    r = subprocess.run(["nginx", "-t", "-p", str(tmp_path / "nginx"), "-c", str(conf),
-                        "-e", str(tmp_path / "logs" / "err.log")],
-                       capture_output=True, text=True, check=False)
-    assert r.returncode == 0, r.stderr
+    nginx_accepts(service_sample(tmp_path)[0], tmp_path)
