@@ -534,7 +534,8 @@ def _guard_capacity(run: _Run, step: Step, ready: int) -> None:
     # has shrunk for the canary): never lower it below what the stable cannot take.
     stable = run.world.revisions.get(st.stable_revision or "")
     stable_share = min(100, 100 * (stable.ready if stable else 0) // run.spec.replicas)
-    carried = max(carried_weight(run.spec, step, ready, st.canary_weight), 100 - stable_share)
+    carried = max(carried_weight(run.spec, _carrying_step(run, step), ready, st.canary_weight),
+                  100 - stable_share)
     if carried >= st.canary_weight:
         return
     run.event("Warning", r.CANARY_UNAVAILABLE, r.CANARY_UNAVAILABLE_MSG.format(
@@ -549,6 +550,17 @@ def _guard_capacity(run: _Run, step: Step, ready: int) -> None:
     if st.paused_reason in (r.MANUAL_STEP, r.INCONCLUSIVE_LIMIT):
         # Those waits were about the step at its full weight.
         st.paused_reason = None
+
+
+def _carrying_step(run: _Run, step: Step) -> Step:
+    """The step whose rule set the weight the canary carries now: the current one once its
+    weight is reached, else the last earlier step at or below that weight (an overdrive step's
+    few pods carry its share until the next step's pods are Ready)."""
+    weight = run.status.canary_weight
+    if weight >= step.weight:
+        return step
+    earlier = [s for s in run.spec.strategy.steps if s.weight <= weight]
+    return earlier[-1] if earlier else step
 
 
 def _latest_failed(run: _Run) -> bool:
