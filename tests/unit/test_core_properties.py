@@ -355,11 +355,12 @@ class Run:
             stable_ready = obs.revisions.get(after.stable_revision or "",
                                              RevisionState(0, 0, 0)).ready
             stable_share = min(100, 100 * stable_ready // spec.replicas)
-            if after.canary_weight < step_now.weight:  # still the weight an earlier step set
-                step_now = [s_ for s_ in spec.strategy.steps
-                            if s_.weight <= after.canary_weight][-1]
-            assert after.canary_weight <= max(carried_weight(spec, step_now, ready, 100),
-                                              100 - stable_share), (
+            # judged by the current step's rule, or by the earlier step's whose weight the
+            # canary still carries while the current step's pods come up
+            rules = [step_now] + [s_ for s_ in spec.strategy.steps
+                                  if s_.weight <= after.canary_weight][-1:]
+            carried = max(carried_weight(spec, rule, ready, 100) for rule in rules)
+            assert after.canary_weight <= max(carried, 100 - stable_share), (
                 f"(h) {after.canary_weight}% on {ready} ready canary pods")
         self.record_writes(before, applied, after, d.rolled_back)
         writes = self.written.get(self.release, [])
