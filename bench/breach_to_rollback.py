@@ -39,7 +39,7 @@ from common import Bench, RouteObserver, parse_iso, percentile, save
 from inference_rollout.api.duration import parse_duration
 from inference_rollout.api.effective import effective_metrics
 from inference_rollout.api.spec import InferenceRolloutSpec
-from inference_rollout.metrics.analysis import build_queries, window_seconds
+from inference_rollout.metrics.measure import build_queries, window_seconds
 from inference_rollout.metrics.promql import Revision, format_window
 from irsandbox.harness import BackgroundLoad
 from irsandbox.manifests import sandbox_rollout, with_template

@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "operator"))
 
 from inference_rollout.api.spec import AnalysisSpec, MetricSpec  # noqa: E402
-from inference_rollout.core import analysis as an  # noqa: E402
+from inference_rollout.core import verdicts as an  # noqa: E402
 from inference_rollout.core.types import Evidence, Measurement, MeasurementError  # noqa: E402
 
 #: vLLM V1's ``vllm:time_to_first_token_seconds`` bucket bounds (vllm/v1/metrics/loggers.py).

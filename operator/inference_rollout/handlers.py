@@ -23,7 +23,7 @@ import kopf
 from aiohttp import web
 from kubernetes.client import Configuration
 
-from . import deletion_watchdog, opmetrics
+from . import deletion_watchdog, operator_metrics
 from .api import GROUP, PLURAL, VERSION
 from .core.types import RecordEvent
 from .kube import Kube, load_configuration, rollout_path
@@ -145,7 +145,7 @@ async def cleanup(**_: Any) -> None:
 
 
 async def _metrics(_request: web.Request) -> web.Response:
-    return web.Response(text=opmetrics.REGISTRY.render(), content_type="text/plain")
+    return web.Response(text=operator_metrics.REGISTRY.render(), content_type="text/plain")
 
 
 def _key(namespace: str | None, name: str | None) -> tuple[str, str]:
@@ -189,7 +189,7 @@ async def run_rollout(stopped: kopf.DaemonStopped, name: str, namespace: str | N
         Runtime.wake.pop(key, None)
         Runtime.last_error.pop(key, None)
         Runtime.failures.pop(key, None)
-        opmetrics.REGISTRY.forget(namespace=namespace, name=name)
+        operator_metrics.REGISTRY.forget(namespace=namespace, name=name)
 
 
 async def _sleep_or_wake(wake: asyncio.Event, stopped: kopf.DaemonStopped,
@@ -213,7 +213,7 @@ async def _reconcile_once(deps: Deps, namespace: str, name: str, due: float) -> 
             deps.slots = Runtime.slots  # given back during Prometheus and evaluation I/O
         async with Runtime.slots:  # the read too: a body read while queued would be stale
             # Measured once a slot is ours: the wait for one is the lag a busy operator adds.
-            opmetrics.REGISTRY.observe("inference_rollout_reconcile_lag_seconds",
+            operator_metrics.REGISTRY.observe("inference_rollout_reconcile_lag_seconds",
                                        max(0.0, time.monotonic() - due))
             body = await deps.kube.get_or_none(rollout_path(namespace, name))
             if body is None or body["metadata"].get("deletionTimestamp"):
@@ -223,13 +223,15 @@ async def _reconcile_once(deps: Deps, namespace: str, name: str, due: float) -> 
         Runtime.failures.pop(key, None)
         return delay
     except EXPECTED_ERRORS as e:
-        opmetrics.REGISTRY.inc("inference_rollout_reconcile_errors_total", kind=type(e).__name__)
+        operator_metrics.REGISTRY.inc("inference_rollout_reconcile_errors_total",
+                                      kind=type(e).__name__)
         log.warning("%s/%s: %s", namespace, name, e)
         await _warn_once(key, body, type(e).__name__, str(e))
         return ERROR_BACKOFF_SECONDS
     except Exception as e:  # never a silent kopf retry loop
         # A bug, or input nothing else caught: the release must not go on unwatched.
-        opmetrics.REGISTRY.inc("inference_rollout_reconcile_errors_total", kind=type(e).__name__)
+        operator_metrics.REGISTRY.inc("inference_rollout_reconcile_errors_total",
+                                      kind=type(e).__name__)
         log.exception("%s/%s: reconcile failed", namespace, name)
         failures = Runtime.failures[key] = Runtime.failures.get(key, 0) + 1
         if body is not None:

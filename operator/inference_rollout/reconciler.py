@@ -25,15 +25,14 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from . import opmetrics
+from . import operator_metrics
 from .api.duration import parse_duration
 from .api.spec import InferenceRolloutSpec, PodTemplate, TrafficSpec
 from .api.status import InferenceRolloutStatus
 from .budget.lint import lint_manifest
 from .core import validation
-from .core.analysis import effective_metrics
 from .core.decide import IDLE_SECONDS, analysis_due, decide
-from .core.gate import evaluation_due
+from .core.evaluation_gate import evaluation_due
 from .core.revision import template_hash
 from .core.timeutil import from_iso
 from .core.types import (
@@ -50,10 +49,11 @@ from .core.types import (
     RevisionState,
     SetWeights,
 )
+from .core.verdicts import effective_metrics
 from .evaluation.cases import CasesError, parse_cases
 from .evaluation.runner import run_evaluation, served_model, service_url
 from .kube import Kube, KubeError, ns_path, rollout_path
-from .metrics.analysis import measure
+from .metrics.measure import measure
 from .metrics.source import BEARER_TOKEN, MetricSource, PrometheusSource, Unreachable
 from .metrics.tenancy import FailingSource, NamespaceConfined, address_allowed, refused
 from .traffic.gateway import HTTPRouteRouter
@@ -199,7 +199,7 @@ async def reconcile(deps: Deps, body: dict[str, Any]) -> float:
     if not decision.rolled_back:
         await write_status(deps, body, status, decision.status)
     if any(isinstance(a, SetWeights) for a in decision.actions):
-        opmetrics.REGISTRY.observe("inference_rollout_decision_to_write_seconds",
+        operator_metrics.REGISTRY.observe("inference_rollout_decision_to_write_seconds",
                                    time.monotonic() - decided_at)
     _export(ns, name, decision, measurements, evaluation is not None)
     # 0 is a real answer ("look again now": e.g. measure right after a weight change).
@@ -449,7 +449,7 @@ def _keep_new_requests(old: dict[str, Any], fresh: dict[str, Any],
 
 def _export(ns: str, name: str, decision: Decision,
             measurements: dict[str, Measurement] | None, evaluated: bool = False) -> None:
-    reg, st = opmetrics.REGISTRY, decision.status
+    reg, st = operator_metrics.REGISTRY, decision.status
     reg.forget(namespace=ns, name=name)
     reg.set("inference_rollout_info", 1, namespace=ns, name=name, phase=st.phase or "Unknown")
     reg.set("inference_rollout_step", -1 if st.current_step is None else st.current_step + 1,

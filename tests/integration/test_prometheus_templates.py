@@ -25,8 +25,8 @@ from tests.integration.fake_vllm_exporter import (
 )
 
 from inference_rollout.api.spec import MetricSpec
-from inference_rollout.core import analysis as an
 from inference_rollout.core import sequential as sq
+from inference_rollout.core import verdicts as an
 from inference_rollout.core.types import Measurement, MeasurementError
 from inference_rollout.metrics import NoData, PrometheusSource, measure
 from inference_rollout.metrics.tenancy import NamespaceConfined

@@ -11,7 +11,7 @@ from tests.unit.coresim import T0
 from inference_rollout.api.effective import effective_metrics, slo_metrics
 from inference_rollout.api.spec import AnalysisSpec, MetricSpec, SloSpec
 from inference_rollout.api.status import MetricResult
-from inference_rollout.core import analysis as an
+from inference_rollout.core import verdicts as an
 from inference_rollout.core.types import Measurement, MeasurementError
 
 E = MeasurementError

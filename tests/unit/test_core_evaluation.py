@@ -1,6 +1,7 @@
-"""The business evaluation gate in the pure core (:mod:`inference_rollout.core.gate` and its
-use in :func:`~inference_rollout.core.decide.decide`): the first traffic shift waits for a
-recorded evaluation of the current canary; a drop beyond ``maxDropPoints`` rolls back; errors
+"""The business evaluation gate in the pure core
+(:mod:`inference_rollout.core.evaluation_gate` and its use in
+:func:`~inference_rollout.core.decide.decide`): the first traffic shift waits for a recorded
+evaluation of the current canary; a drop beyond ``maxDropPoints`` rolls back; errors
 retry and never pass; it runs once per revision and survives a lost status write."""
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from tests.unit.coresim import Sim, manifest_spec
 from inference_rollout.api import reasons as r
 from inference_rollout.api.status import InferenceRolloutStatus
 from inference_rollout.core.decide import decide
-from inference_rollout.core.gate import evaluation_due
+from inference_rollout.core.evaluation_gate import evaluation_due
 from inference_rollout.core.types import (
     EvaluationOutcome,
     Observation,

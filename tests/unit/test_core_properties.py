@@ -357,8 +357,8 @@ class Run:
             stable_share = min(100, 100 * stable_ready // spec.replicas)
             # judged by the current step's rule, or by the earlier step's whose weight the
             # canary still carries while the current step's pods come up
-            rules = [step_now] + [s_ for s_ in spec.strategy.steps
-                                  if s_.weight <= after.canary_weight][-1:]
+            earlier = [s_ for s_ in spec.strategy.steps if s_.weight <= after.canary_weight]
+            rules = [step_now, *earlier[-1:]]
             carried = max(carried_weight(spec, rule, ready, 100) for rule in rules)
             assert after.canary_weight <= max(carried, 100 - stable_share), (
                 f"(h) {after.canary_weight}% on {ready} ready canary pods")

@@ -11,8 +11,8 @@ import pytest
 from tests.unit.coresim import T0
 
 from inference_rollout.api.spec import AnalysisSpec, MetricSpec
-from inference_rollout.core import analysis as an
 from inference_rollout.core import sequential as sq
+from inference_rollout.core import verdicts as an
 from inference_rollout.core.types import Evidence, Measurement, MeasurementError
 
 RATES = sq.error_rates(0.01, metrics=3, steps=4)

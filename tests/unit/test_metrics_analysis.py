@@ -12,7 +12,7 @@ from typing import Any
 
 from inference_rollout.api.spec import MetricSpec
 from inference_rollout.core.types import Measurement, MeasurementError
-from inference_rollout.metrics.analysis import measure
+from inference_rollout.metrics.measure import measure
 from inference_rollout.metrics.source import BadQuery, MetricQueryError, NoData, Unreachable
 
 CANARY, STABLE = "can111", "sta222"

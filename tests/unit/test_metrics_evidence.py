@@ -10,7 +10,7 @@ from typing import Any
 
 from inference_rollout.api.spec import MetricSpec
 from inference_rollout.core.types import Evidence, Measurement, MeasurementError
-from inference_rollout.metrics.analysis import measure
+from inference_rollout.metrics.measure import measure
 from inference_rollout.metrics.source import MetricQueryError, NoData, Unreachable
 
 CANARY, STABLE = "can111", "sta222"

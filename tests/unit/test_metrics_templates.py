@@ -7,7 +7,7 @@ import re
 import pytest
 
 from inference_rollout.api.spec import BUILTIN_TEMPLATES, MetricSpec
-from inference_rollout.metrics.analysis import build_queries, window_seconds
+from inference_rollout.metrics.measure import build_queries, window_seconds
 from inference_rollout.metrics.promql import Revision
 from inference_rollout.metrics.templates import TEMPLATES
 

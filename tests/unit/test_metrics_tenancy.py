@@ -20,7 +20,7 @@ from tests.unit.hostile_server import respond, serve
 
 from inference_rollout.api.spec import InferenceRolloutSpec
 from inference_rollout.core.types import MeasurementError
-from inference_rollout.metrics.analysis import measure
+from inference_rollout.metrics.measure import measure
 from inference_rollout.metrics.tenancy import address_allowed, check_allow_list
 from inference_rollout.reconciler import Deps
 

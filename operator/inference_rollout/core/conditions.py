@@ -12,10 +12,10 @@ from ..api import reasons as r
 from ..api.duration import format_duration, parse_duration
 from ..api.spec import InferenceRolloutSpec
 from ..api.status import Condition, ConditionStatus, InferenceRolloutStatus, Phase
-from .analysis import effective_metrics, summarise
 from .steps import current_step
 from .timeutil import seconds_since, to_iso
 from .types import Observation
+from .verdicts import effective_metrics, summarise
 
 
 def set_condition(

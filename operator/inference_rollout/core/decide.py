@@ -28,8 +28,8 @@ from ..api import reasons as r
 from ..api.duration import format_duration, parse_duration
 from ..api.spec import InferenceRolloutSpec, Step
 from ..api.status import InferenceRolloutStatus, MetricResult, Requests
-from . import analysis as an
-from . import gate
+from . import evaluation_gate as gate
+from . import verdicts as an
 from .capacity import (
     canary_target,
     carried_weight,

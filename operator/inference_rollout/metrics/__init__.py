@@ -1,10 +1,10 @@
 """The metrics layer: PromQL for one revision, instant queries against Prometheus, measurements.
 
-It only measures; verdicts are computed by :mod:`inference_rollout.core.analysis`.
+It only measures; verdicts are computed by :mod:`inference_rollout.core.verdicts`.
 See docs/metrics.md.
 """
 
-from .analysis import build_queries, measure, window_seconds
+from .measure import build_queries, measure, window_seconds
 from .promql import Revision, quote, regex_escape, substitute
 from .source import BadQuery, MetricQueryError, MetricSource, NoData, PrometheusSource, Unreachable
 from .templates import TEMPLATES, Template
