@@ -166,3 +166,23 @@ def test_a_manual_step_that_loses_its_pods_waits_for_them_then_for_promote_again
     assert d.status.canary_weight == 0 and d.status.paused_reason is None
     sim.run_until(lambda s: s.status.paused_reason == r.MANUAL_STEP, limit=120)
     assert sim.status.canary_weight == 20
+
+
+def test_a_canary_failing_within_its_limit_that_loses_its_pods_is_rolled_back() -> None:
+    """Found by the CI property run: a tolerated Fail held the weight at 0 for ever after the
+    guard (nothing measures at 0%); failing and losing its pods now ends the release."""
+    sim, old, new = in_release(strategy=steps((20, "1h"), 100),
+                               analysis={"interval": "10s", "failureLimit": 2,
+                                         "prometheus": {"address": "http://prom:9090"},
+                                         "metrics": [{"name": "errors", "template": "error-rate",
+                                                      "max": 0.01}]})
+    sim.run_until(at_step(0, 20))
+    sim.verdicts = "fail"
+    sim.advance(10)
+    sim.reconcile()
+    assert not sim.status.aborted and sim.status.analysis["errors"].verdict == "Fail"
+    sim.world.set_ready(new, 0)
+    sim.advance(1)
+    d = sim.reconcile(settle=False)
+    assert d.status.aborted and d.rolled_back == r.CANARY_UNAVAILABLE
+    assert sim.world.route == {old: 100, new: 0}

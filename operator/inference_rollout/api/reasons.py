@@ -42,6 +42,10 @@ CANARY_UNAVAILABLE_MSG = (
     "canary {canary} has {ready} ready pods, too few for {weight}% of traffic: weight lowered to "
     "{carried}%; rolled back if its pods are not back within {deadline}"
 )
+CANARY_UNAVAILABLE_FAILING_MSG = (
+    "rolled back: canary {canary} has {ready} ready pods, too few for {weight}% of traffic, "
+    "while its latest verdict failed: {details}"
+)
 TEMPLATE_CHANGED = "TemplateChangedMidRelease"
 TEMPLATE_CHANGED_MSG = "template changed during the release: canary {old} replaced by {new}"
 

@@ -482,7 +482,8 @@ def _capacity_and_weight(run: _Run, step: Step) -> bool:
     canary = world.revisions.get(st.canary_revision)
     stable = world.revisions.get(st.stable_revision)
     ready = canary.ready if canary else 0
-    _guard_capacity(run, step, ready)
+    if _guard_capacity(run, step, ready):
+        return False
     counts = release_pod_counts(spec, step, ready, stable.desired if stable else spec.replicas,
                                 _other_pods(run))
     if stable is not None and counts.stable > stable.desired:
@@ -524,7 +525,7 @@ def _capacity_and_weight(run: _Run, step: Step) -> bool:
     return False
 
 
-def _guard_capacity(run: _Run, step: Step, ready: int) -> None:
+def _guard_capacity(run: _Run, step: Step, ready: int) -> bool:
     """Never route to what cannot serve, at every reconcile: a canary that lost Ready pods after
     its weight was set keeps only the share its Ready pods carry (0 if none), in one write, as
     far as the stable's Ready pods can take the rest.  The step then waits for pods again, and
@@ -534,33 +535,27 @@ def _guard_capacity(run: _Run, step: Step, ready: int) -> None:
     # has shrunk for the canary): never lower it below what the stable cannot take.
     stable = run.world.revisions.get(st.stable_revision or "")
     stable_share = min(100, 100 * (stable.ready if stable else 0) // run.spec.replicas)
-    carried = max(carried_weight(run.spec, _carrying_step(run, step), ready, st.canary_weight),
-                  100 - stable_share)
+    carried = max(carried_weight(run.spec, step, ready, st.canary_weight), 100 - stable_share)
     if carried >= st.canary_weight:
-        return
+        return False
+    if _latest_failed(run):
+        # Failing (within failureLimit) and losing its pods: no measurement at the lowered
+        # weight could ever clear that failure, so the release ends here.
+        _abort(run, r.CANARY_UNAVAILABLE, r.CANARY_UNAVAILABLE_FAILING_MSG.format(
+            canary=st.canary_revision, ready=ready, weight=st.canary_weight,
+            details=an.summarise(st.analysis, [m.name for m in
+                                                an.effective_metrics(run.spec.analysis)])))
+        return True
     run.event("Warning", r.CANARY_UNAVAILABLE, r.CANARY_UNAVAILABLE_MSG.format(
         canary=st.canary_revision, ready=ready, weight=st.canary_weight, carried=carried,
         deadline=format_duration(parse_duration(run.spec.strategy.progress_deadline))))
     st.canary_weight = carried
     st.step_entered_at = to_iso(run.now)
     st.step_started_at = None
-    # The step starts again, and so does its evidence: verdicts about the traffic before are
-    # not measured again at 0% (a tolerated Fail among them would hold the weight for ever).
-    st.analysis, st.last_analysis_at = {}, None
     if st.paused_reason in (r.MANUAL_STEP, r.INCONCLUSIVE_LIMIT):
         # Those waits were about the step at its full weight.
         st.paused_reason = None
-
-
-def _carrying_step(run: _Run, step: Step) -> Step:
-    """The step whose rule set the weight the canary carries now: the current one once its
-    weight is reached, else the last earlier step at or below that weight (an overdrive step's
-    few pods carry its share until the next step's pods are Ready)."""
-    weight = run.status.canary_weight
-    if weight >= step.weight:
-        return step
-    earlier = [s for s in run.spec.strategy.steps if s.weight <= weight]
-    return earlier[-1] if earlier else step
+    return False
 
 
 def _latest_failed(run: _Run) -> bool:
