@@ -539,7 +539,7 @@ def test_property_runs_are_not_vacuous() -> None:
     so it is deterministic for a given hypothesis version)."""
     seen: dict[str, int] = {}
 
-    @settings(max_examples=80, deadline=None, database=None, derandomize=True,
+    @settings(max_examples=160, deadline=None, database=None, derandomize=True,
               suppress_health_check=list(HealthCheck))
     @given(body=specs(), data=st.data())
     def probe(body: dict[str, Any], data: st.DataObject) -> None:
