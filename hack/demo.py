@@ -63,7 +63,7 @@ def main() -> int:
     print(f"operator running (log: {op.log_path}); Prometheus {env['PROMETHEUS_URL']}, "
           f"gateway {env['GATEWAY_URL']}")
     manifest = sandbox_rollout("chat", prometheus=env["PROMETHEUS_URL"],
-                       analysis={"slo": {"ttftP99": "100ms"}})
+                       analysis={"verdicts": "Sequential", "slo": {"ttftP99": "100ms"}})
     rel = Release(cluster, op, NS, manifest)
     load = None
     try:
@@ -73,7 +73,7 @@ def main() -> int:
         load = BackgroundLoad(env, rel.host)
         rel.apply(with_template(manifest, version="v2"))
         st = show(rel, lambda s: s.get("phase") == "Healthy" and s.get("stableRevision") != v1,
-                  240, "release v2: 5% → 20% → 50% → 100% with analysis")
+                  420, "release v2: 5% → 20% → 50% → 100% with analysis")
         v2 = st["stableRevision"]
         shares = measure_shares(env, rel.host, 200)
         print(f"  through nginx now: {shares.share(v2):.0%} on v2 ({v2})")

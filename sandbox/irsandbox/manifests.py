@@ -104,6 +104,11 @@ def sandbox_rollout(name: str, *, prometheus: str, version: str = "v1", ttft_ms:
         strategy={"steps": steps or FAST_STEPS, "progressDeadline": progress_deadline,
                   "abortScaleDownDelay": "5s", "scaleDownDelay": "5s"},
         analysis={
+            # Stories on this builder test other behaviours on 12 s steps, so they keep the
+            # window rule (a verdict per 5 s window).  The sequential rule, the product's
+            # default, needs ~112 clean canary requests per step: it has its own stories
+            # (tests/e2e/test_low_traffic.py), and the demo uses it.
+            "verdicts": "Window",
             "interval": "5s",
             "prometheus": {"address": prometheus, "timeout": "3s", "scrapeInterval": "1s"},
             "minSamples": 3,
