@@ -302,7 +302,8 @@ def test_helm_lint_passes() -> None:
 
 def test_notes_describe_the_mode(helm_major: str, request: pytest.FixtureRequest) -> None:
     # Helm 3's client-side dry run still asks a cluster whether it is reachable; Helm 4's does not
-    kubeconfig = request.getfixturevalue("sandbox").kubeconfig if helm_major == "helm3" else None
+    sandbox_env = request.getfixturevalue("sandbox").env
+    kubeconfig = sandbox_env["KUBECONFIG"] if helm_major == "helm3" else None
     out = helm("install", "ir", str(CHART), "--dry-run=client", "--namespace", "ops",
                "--set", "watch.mode=namespaces", "--set", "watch.namespaces={a,b}",
                kubeconfig=kubeconfig).stdout
@@ -343,7 +344,7 @@ def test_kube_version_below_1_29_is_refused_and_a_default_render_passes() -> Non
 def release_namespace(sandbox: Any) -> Iterator[tuple[str, str]]:
     """A namespace name for a release (helm creates it) and the admin kubeconfig."""
     ns = f"chart-{uuid.uuid4().hex[:6]}"
-    yield ns, sandbox.kubeconfig
+    yield ns, sandbox.env["KUBECONFIG"]
     try:
         client.CoreV1Api(sandbox.api).delete_namespace(ns, propagation_policy="Background")
     except ApiException as e:
