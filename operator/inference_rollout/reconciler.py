@@ -26,7 +26,6 @@ from typing import Any
 from pydantic import ValidationError
 
 from . import operator_metrics
-from .api.duration import parse_duration
 from .api.spec import InferenceRolloutSpec, PodTemplate, TrafficSpec
 from .api.status import InferenceRolloutStatus
 from .budget.lint import lint_manifest
@@ -49,7 +48,6 @@ from .core.types import (
     RevisionState,
     SetWeights,
 )
-from .core.verdicts import effective_metrics
 from .evaluation.cases import CasesError, parse_cases
 from .evaluation.runner import run_evaluation, served_model, service_url
 from .kube import Kube, KubeError, ns_path, rollout_path
@@ -69,6 +67,8 @@ EventSink = Callable[[dict[str, Any], RecordEvent], Awaitable[None]]
 EXPECTED_ERRORS = (RouteError, RevisionError, KubeError)
 #: The API server's words when a namespace is being deleted: every write there is refused.
 NAMESPACE_TERMINATING = "because it is being terminated"
+#: vLLM's own default port: the last resort for a stable with no Service and no backendRef left.
+DEFAULT_SERVING_PORT = 8000
 
 
 @dataclass
@@ -127,7 +127,7 @@ class Deps:
                 return FailingSource(Unreachable(
                     f"Prometheus token: Secret {ref.name} key {ref.key} is not a bearer token "
                     "(letters, digits and -._~+/ only)"))
-        key = (prom.address, parse_duration(prom.timeout), token)
+        key = (prom.address, prom.timeout_seconds, token)
         source = self.sources.pop(key, None) or PrometheusSource.from_spec(prom, bearer_token=token)
         self.sources[key] = source  # now the most recently used
         while len(self.sources) > self.max_sources:
@@ -258,8 +258,10 @@ async def _traffic_to_stable(deps: Deps, body: dict[str, Any], status: Inference
     revisions = Revisions(deps.kube, meta["namespace"], meta["name"], meta["uid"],
                           traffic.gateway_api)
     observed = await revisions.observe()
+    # The router's fallback port is used only for a stable that has neither a Service nor a
+    # backendRef in the route (get_weights learns the route's ports first).
     stable_port = observed.get(status.stable_revision, RevisionState(0, 0, 0)).port
-    router = _router(deps, body, traffic, stable_port or 80, observed)
+    router = _router(deps, body, traffic, stable_port or DEFAULT_SERVING_PORT, observed)
     write = validation.traffic_to_stable(status, await _route(router, deleting=True), deleting)
     if write is not None:
         await router.set_weights(write.stable_revision, write.canary_revision,
@@ -304,7 +306,7 @@ async def release_before_deletion(deps: Deps, body: dict[str, Any]) -> None:
 async def _measure(deps: Deps, spec: InferenceRolloutSpec, status: InferenceRolloutStatus,
                    ns: str, name: str) -> dict[str, Measurement]:
     assert status.canary_revision is not None and spec.analysis.prometheus is not None
-    metrics = effective_metrics(spec.analysis)
+    metrics = spec.analysis.effective_metrics
     try:
         source = await deps.source_for(spec, ns)
     except KubeError as e:
@@ -315,8 +317,8 @@ async def _measure(deps: Deps, spec: InferenceRolloutSpec, status: InferenceRoll
     started = from_iso(status.step_started_at) if spec.analysis.verdicts == "Sequential" else None
     return await measure(
         source, ns, name, status.canary_revision, status.stable_revision, metrics,
-        parse_duration(spec.analysis.interval), spec.analysis.min_samples,
-        scrape_interval_s=parse_duration(spec.analysis.prometheus.scrape_interval),
+        spec.analysis.interval_seconds, spec.analysis.min_samples,
+        scrape_interval_s=spec.analysis.prometheus.scrape_interval_seconds,
         since=None if started is None else started.timestamp())
 
 
@@ -351,7 +353,7 @@ async def _evaluate(deps: Deps, spec: InferenceRolloutSpec, status: InferenceRol
     result = await run_evaluation(
         cases, service_url(name, canary, ns, canary_port), service_url(name, stable, ns,
                                                                        stable_port),
-        model, concurrency=ev.concurrency, timeout=parse_duration(ev.timeout),
+        model, concurrency=ev.concurrency, timeout=ev.timeout_seconds,
         proxy=deps.service_proxy)
     return EvaluationOutcome(canary, result.canary_score, result.stable_score, result.cases,
                              result.error, result.detail)

@@ -343,3 +343,19 @@ def test_rollout_names_that_cannot_name_a_deployment_are_valid_false(name: str) 
 
 def test_a_dns_1035_rollout_name_has_no_problem() -> None:
     assert validation.problems(InferenceRolloutSpec.parse(spec_body()), "llama-3-chat") == []
+
+
+def test_durations_are_parsed_once_and_a_copy_with_updates_reparses() -> None:
+    """Durations in seconds are cached on the frozen models; ``model_copy(update=...)`` may change
+    the field a cache derives from, so the copy must not carry the cache along."""
+    from inference_rollout.api.spec import AnalysisSpec, MetricSpec
+
+    analysis = AnalysisSpec(interval="10s", inconclusive_limit="1h")
+    assert (analysis.interval_seconds, analysis.inconclusive_limit_seconds) == (10.0, 3600.0)
+    faster = analysis.model_copy(update={"interval": "5s"})
+    assert faster.interval_seconds == 5.0 and analysis.interval_seconds == 10.0
+    metric = MetricSpec(name="m", query="up", max=1, window="2m")
+    assert (metric.window_seconds, metric.warmup_seconds) == (120.0, 0.0)
+    renamed = analysis.model_copy(update={"metrics": [metric]})
+    assert [m.name for m in renamed.effective_metrics] == ["m"]
+    assert analysis.effective_metrics == ()

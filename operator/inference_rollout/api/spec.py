@@ -11,7 +11,9 @@ Field names are camelCase on the wire (Kubernetes convention) and snake_case in 
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from collections.abc import Mapping
+from functools import cached_property
+from typing import Annotated, Any, Literal, Self
 from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema, model_validator
@@ -65,11 +67,22 @@ MAX_HOSTNAMES = 16
 
 
 class Model(BaseModel):
-    """Base: camelCase aliases, unknown fields rejected (a typo must not be silently ignored)."""
+    """Base: camelCase aliases, unknown fields rejected (a typo must not be silently ignored).
+
+    Durations are parsed once: each model exposes its durations in seconds as cached properties
+    (``interval_seconds``...), computed on first use and kept with the frozen model.
+    """
 
     model_config = ConfigDict(
         alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True
     )
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
+        """A copy without cached properties: ``update`` may change the fields they derive from."""
+        copy = super().model_copy(update=update, deep=deep)
+        for key in [k for k in copy.__dict__ if k not in type(copy).model_fields]:
+            del copy.__dict__[key]
+        return copy
 
 
 # --- the serving pods -------------------------------------------------------------------------
@@ -307,6 +320,10 @@ class Step(Model):
     manual: bool = False
     replicas: int | None = Field(None, ge=1, le=INT32_MAX)
 
+    @cached_property
+    def hold_seconds(self) -> float:
+        return parse_duration(self.pause) if self.pause else 0.0
+
 
 def _default_steps() -> list[Step]:
     return [Step(weight=5, pause="24h"), Step(weight=20, pause="24h"),
@@ -320,6 +337,18 @@ class StrategySpec(Model):
     scale_down_delay: Duration = Field(
         "30s", description="After promotion, how long the old stable keeps its pods."
     )
+
+    @cached_property
+    def progress_deadline_seconds(self) -> float:
+        return parse_duration(self.progress_deadline)
+
+    @cached_property
+    def abort_scale_down_delay_seconds(self) -> float:
+        return parse_duration(self.abort_scale_down_delay)
+
+    @cached_property
+    def scale_down_delay_seconds(self) -> float:
+        return parse_duration(self.scale_down_delay)
 
     @model_validator(mode="after")
     def _steps_rise_to_100(self) -> StrategySpec:
@@ -370,6 +399,14 @@ class PrometheusSpec(Model):
     bearer_token_secret_ref: SecretKeyRef | None = Field(
         None, description="A Secret key holding a bearer token for Prometheus."
     )
+
+    @cached_property
+    def timeout_seconds(self) -> float:
+        return parse_duration(self.timeout)
+
+    @cached_property
+    def scrape_interval_seconds(self) -> float:
+        return parse_duration(self.scrape_interval)
 
     @model_validator(mode="after")
     def _clean_address_and_timeout(self) -> PrometheusSpec:
@@ -439,6 +476,14 @@ class MetricSpec(Model):
     def is_relative(self) -> bool:
         return self.max_ratio_to_stable is not None or self.min_ratio_to_stable is not None
 
+    @cached_property
+    def window_seconds(self) -> float | None:
+        return parse_duration(self.window) if self.window else None
+
+    @cached_property
+    def warmup_seconds(self) -> float:
+        return parse_duration(self.warmup) if self.warmup else 0.0
+
 
 INCONCLUSIVE_NEEDS_LIMIT = (
     "spec.analysis.onInconclusive: Rollback acts only after inconclusiveLimit; set one, "
@@ -470,9 +515,24 @@ class AnalysisSpec(Model):
         "was reached follows onInconclusive.")
     on_inconclusive: Literal["Pause", "Rollback"] = "Pause"
 
+    @cached_property
+    def interval_seconds(self) -> float:
+        return parse_duration(self.interval)
+
+    @cached_property
+    def inconclusive_limit_seconds(self) -> float | None:
+        return parse_duration(self.inconclusive_limit) if self.inconclusive_limit else None
+
+    @cached_property
+    def effective_metrics(self) -> tuple[MetricSpec, ...]:
+        """The metrics this analysis measures (see :func:`.effective.effective_metrics`)."""
+        from .effective import effective_metrics  # effective builds on this module
+
+        return tuple(effective_metrics(self))
+
     @model_validator(mode="after")
     def _rules(self) -> AnalysisSpec:
-        if parse_duration(self.interval) < 5:
+        if self.interval_seconds < 5:
             raise ValueError("spec.analysis.interval: must be at least 5s")
         at_most("spec.analysis.interval", self.interval, MAX_ANALYSIS_INTERVAL)
         names = [m.name for m in self.metrics]
@@ -505,6 +565,10 @@ class EvaluationSpec(Model):
     concurrency: int = Field(4, ge=1, le=64)
     timeout: Duration = "30s"
     max_drop_points: float = Field(1.0, ge=0, le=100)
+
+    @cached_property
+    def timeout_seconds(self) -> float:
+        return parse_duration(self.timeout)
 
     @model_validator(mode="after")
     def _bounded_timeout(self) -> EvaluationSpec:

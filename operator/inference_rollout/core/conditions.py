@@ -9,13 +9,13 @@ from __future__ import annotations
 from datetime import datetime
 
 from ..api import reasons as r
-from ..api.duration import format_duration, parse_duration
+from ..api.duration import format_duration
 from ..api.spec import InferenceRolloutSpec
 from ..api.status import Condition, ConditionStatus, InferenceRolloutStatus, Phase
 from .steps import current_step
 from .timeutil import seconds_since, to_iso
 from .types import Observation
-from .verdicts import effective_metrics, summarise
+from .verdicts import summarise
 
 
 def set_condition(
@@ -64,9 +64,9 @@ def step_message(
     if held is None or status.canary_weight < step.weight:
         head += f"{status.canary_weight}% → {step.weight}% (waiting for canary pods)"
     else:
-        hold = format_duration(parse_duration(step.pause)) if step.pause else "no hold"
+        hold = format_duration(step.hold_seconds) if step.pause else "no hold"
         head += f"{step.weight}% for {format_duration(max(held, 0))} of {hold}"
-    names = [m.name for m in effective_metrics(spec.analysis)]
+    names = [m.name for m in spec.analysis.effective_metrics]
     tail = summarise(status.analysis, names)
     return f"{head}; {tail}" if tail else head
 

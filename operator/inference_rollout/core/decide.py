@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from ..api import reasons as r
-from ..api.duration import format_duration, parse_duration
+from ..api.duration import format_duration
 from ..api.spec import InferenceRolloutSpec, Step
 from ..api.status import InferenceRolloutStatus, MetricResult, Requests
 from . import evaluation_gate as gate
@@ -99,7 +99,7 @@ def analysis_due(spec: InferenceRolloutSpec, status: InferenceRolloutStatus, now
     Due while a canary carries traffic: right after each weight change, then every interval, and
     once more when the step's hold ends, so the verdict that promotes covers the whole hold.
     """
-    if not an.effective_metrics(spec.analysis) or status.aborted:
+    if not spec.analysis.effective_metrics or status.aborted:
         return False
     if status.canary_revision is None or status.canary_weight == 0:
         return False
@@ -109,7 +109,7 @@ def analysis_due(spec: InferenceRolloutSpec, status: InferenceRolloutStatus, now
         return True
     if started is not None and last <= started:
         return True  # a measurement at the instant the weight changed saw the previous weight
-    if (now - last).total_seconds() >= parse_duration(spec.analysis.interval):
+    if (now - last).total_seconds() >= spec.analysis.interval_seconds:
         return True
     hold_end = _hold_end(spec, status)
     return hold_end is not None and now >= hold_end > last
@@ -264,7 +264,7 @@ def _abandon_canary(run: _Run) -> None:
     """Traffic back to stable in one write; the canary goes after ``abortScaleDownDelay``."""
     st = run.status
     assert st.canary_revision is not None
-    delay = parse_duration(run.spec.strategy.abort_scale_down_delay)
+    delay = run.spec.strategy.abort_scale_down_delay_seconds
     st.old_revisions[st.canary_revision] = to_iso(run.now + timedelta(seconds=delay))
     st.canary_revision, st.current_step, st.canary_weight = None, None, 0
     st.step_entered_at = st.step_started_at = st.last_analysis_at = None
@@ -305,7 +305,7 @@ def _stay_aborted(run: _Run) -> None:
     st.requests = Requests()
     assert st.stable_revision is not None and st.canary_revision is not None
     waited = seconds_since(st.aborted_at, run.now) or 0.0
-    delay = parse_duration(run.spec.strategy.abort_scale_down_delay)
+    delay = run.spec.strategy.abort_scale_down_delay_seconds
     canary = run.world.revisions.get(st.canary_revision)
     if canary is None:
         # Never created: withdraw a scale-up decided earlier in this call (the step's), so an
@@ -341,7 +341,7 @@ def _analyse(run: _Run) -> bool:
     st, spec = run.status, run.spec
     assert run.world.measurements is not None
     rates = an.rates_for(spec.analysis, len(spec.strategy.steps))
-    for metric in an.effective_metrics(spec.analysis):
+    for metric in spec.analysis.effective_metrics:
         m = run.world.measurements.get(metric.name)
         if m is None:
             continue
@@ -396,7 +396,7 @@ def _bound_inconclusive(run: _Run) -> bool:
     weight was reached pauses (lifted by itself once every metric passes) or rolls back.  True
     when rolled back."""
     st, analysis = run.status, run.spec.analysis
-    names = [m.name for m in an.effective_metrics(analysis)]
+    names = [m.name for m in analysis.effective_metrics]
     undecided = [n for n in names if (res := st.analysis.get(n)) is None
                  or res.verdict == "Inconclusive"]
     if st.paused_reason == r.INCONCLUSIVE_LIMIT and not undecided:
@@ -404,9 +404,9 @@ def _bound_inconclusive(run: _Run) -> bool:
         run.event("Normal", r.INCONCLUSIVE_RESOLVED, r.INCONCLUSIVE_RESOLVED_MSG)
         return False
     waited = seconds_since(st.step_started_at, run.now)
-    if analysis.inconclusive_limit is None or waited is None or not undecided:
+    limit = analysis.inconclusive_limit_seconds
+    if limit is None or waited is None or not undecided:
         return False
-    limit = parse_duration(analysis.inconclusive_limit)
     if waited < limit:
         return False
     details = an.still_needed(st.analysis, undecided)
@@ -496,7 +496,7 @@ def _capacity_and_weight(run: _Run, step: Step) -> bool:
         return True
     if not ready_enough(spec, step, ready):
         waited = seconds_since(st.step_entered_at, run.now) or 0.0
-        deadline = parse_duration(spec.strategy.progress_deadline)
+        deadline = spec.strategy.progress_deadline_seconds
         if waited >= deadline:
             stuck = canary.unschedulable if canary else 0
             _abort(run, r.PROGRESS_DEADLINE, r.PROGRESS_DEADLINE_MSG.format(
@@ -521,7 +521,7 @@ def _capacity_and_weight(run: _Run, step: Step) -> bool:
     run.event("Normal", r.STEP_WEIGHT_SET, r.STEP_WEIGHT_SET_MSG.format(
         step=st.current_step + 1 if st.current_step is not None else 0, steps=steps,
         weight=step.weight, canary=st.canary_revision))
-    run.wake_in(0 if an.effective_metrics(spec.analysis) else _hold_seconds(step))
+    run.wake_in(0 if spec.analysis.effective_metrics else step.hold_seconds)
     return False
 
 
@@ -544,11 +544,11 @@ def _guard_capacity(run: _Run, step: Step, ready: int) -> bool:
         _abort(run, r.CANARY_UNAVAILABLE, r.CANARY_UNAVAILABLE_FAILING_MSG.format(
             canary=st.canary_revision, ready=ready, weight=st.canary_weight,
             details=an.summarise(st.analysis, [m.name for m in
-                                                an.effective_metrics(run.spec.analysis)])))
+                                                run.spec.analysis.effective_metrics])))
         return True
     run.event("Warning", r.CANARY_UNAVAILABLE, r.CANARY_UNAVAILABLE_MSG.format(
         canary=st.canary_revision, ready=ready, weight=st.canary_weight, carried=carried,
-        deadline=format_duration(parse_duration(run.spec.strategy.progress_deadline))))
+        deadline=format_duration(run.spec.strategy.progress_deadline_seconds)))
     st.canary_weight = carried
     st.step_entered_at = to_iso(run.now)
     st.step_started_at = None
@@ -559,7 +559,7 @@ def _guard_capacity(run: _Run, step: Step, ready: int) -> bool:
 
 
 def _latest_failed(run: _Run) -> bool:
-    names = {m.name for m in an.effective_metrics(run.spec.analysis)}
+    names = {m.name for m in run.spec.analysis.effective_metrics}
     return any(res.verdict == "Fail" for n, res in run.status.analysis.items() if n in names)
 
 
@@ -583,7 +583,7 @@ def _step_done(run: _Run, step: Step) -> bool:
         run.wake_in((hold_end - run.now).total_seconds())
         _wake_for_analysis(run)
         return False
-    for metric in an.effective_metrics(spec.analysis):
+    for metric in spec.analysis.effective_metrics:
         result = st.analysis.get(metric.name)
         measured = from_iso(result.measured_at) if result else None
         # Taken after the weight was set (one taken at that instant saw the previous weight) and
@@ -624,7 +624,7 @@ def _promote(run: _Run) -> None:
     old, new = st.stable_revision, st.canary_revision
     # It keeps its pods until it goes: grows no more (nor returns, if already gone).
     run.cancel_scaling(old)
-    delay = parse_duration(spec.strategy.scale_down_delay)
+    delay = spec.strategy.scale_down_delay_seconds
     st.old_revisions[old] = to_iso(run.now + timedelta(seconds=delay))
     st.stable_revision = new
     st.canary_revision, st.current_step, st.canary_weight = None, None, 0
@@ -644,7 +644,7 @@ def _leaves_now(run: _Run, rev: str) -> bool:
     canary, and its delay has passed)."""
     due_text = run.status.old_revisions.get(rev)
     if due_text is None:  # an orphan: adopted now, deleted after scaleDownDelay
-        return parse_duration(run.spec.strategy.scale_down_delay) == 0
+        return run.spec.strategy.scale_down_delay_seconds == 0
     due = from_iso(due_text)
     return due is None or run.now >= due
 
@@ -675,7 +675,7 @@ def _old_revisions(run: _Run) -> None:
     live = {rev for rev in (st.stable_revision, st.canary_revision) if rev}
     for rev in run.world.revisions:
         if rev not in live and rev not in st.old_revisions:
-            delay = parse_duration(run.spec.strategy.scale_down_delay)
+            delay = run.spec.strategy.scale_down_delay_seconds
             st.old_revisions[rev] = to_iso(run.now + timedelta(seconds=delay))
     for rev, due_text in sorted(st.old_revisions.items()):
         due = from_iso(due_text)
@@ -713,23 +713,19 @@ def _reconcile_route(run: _Run) -> None:
         run.actions.insert(0, SetWeights(st.stable_revision, st.canary_revision, st.canary_weight))
 
 
-def _hold_seconds(step: Step) -> float:
-    return parse_duration(step.pause) if step.pause else 0.0
-
-
 def _hold_end(spec: InferenceRolloutSpec, status: InferenceRolloutStatus) -> datetime | None:
     started = from_iso(status.step_started_at)
     step = current_step(spec, status)
     if started is None or step is None:
         return None
-    return started + timedelta(seconds=_hold_seconds(step))
+    return started + timedelta(seconds=step.hold_seconds)
 
 
 def _wake_for_analysis(run: _Run) -> None:
-    if not an.effective_metrics(run.spec.analysis):
+    if not run.spec.analysis.effective_metrics:
         return
     last = from_iso(run.status.last_analysis_at)
-    interval = parse_duration(run.spec.analysis.interval)
+    interval = run.spec.analysis.interval_seconds
     run.wake_in(interval if last is None else interval - (run.now - last).total_seconds())
 
 

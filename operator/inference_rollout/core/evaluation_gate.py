@@ -23,7 +23,6 @@ from datetime import datetime
 from typing import Literal
 
 from ..api import reasons as r
-from ..api.duration import parse_duration
 from ..api.spec import InferenceRolloutSpec
 from ..api.status import EvaluationResult, InferenceRolloutStatus
 from .capacity import ready_enough
@@ -62,7 +61,7 @@ def retry_in(spec: InferenceRolloutSpec, status: InferenceRolloutStatus, now: da
     at = from_iso(ev.measured_at)
     if at is None:
         return 0.0
-    return max(0.0, parse_duration(spec.analysis.interval) - (now - at).total_seconds())
+    return max(0.0, spec.analysis.interval_seconds - (now - at).total_seconds())
 
 
 def evaluation_due(spec: InferenceRolloutSpec, status: InferenceRolloutStatus, now: datetime,

@@ -187,7 +187,7 @@ def rates_for(analysis: AnalysisSpec, steps: int) -> sq.ErrorRates | None:
     """The sequential tests' per-test error rates, or None under the Window rule."""
     if analysis.verdicts != "Sequential":
         return None
-    return sq.error_rates(analysis.false_rollback_rate, len(effective_metrics(analysis)), steps)
+    return sq.error_rates(analysis.false_rollback_rate, len(analysis.effective_metrics), steps)
 
 
 def failed(analysis: AnalysisSpec, results: dict[str, MetricResult]) -> list[str]:

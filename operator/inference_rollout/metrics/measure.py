@@ -15,9 +15,9 @@ from __future__ import annotations
 import asyncio
 import math
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from ..api.duration import parse_duration
 from ..api.spec import MetricSpec
 from ..core.types import Evidence, Measurement, MeasurementError
 from .promql import PlaceholderError, Revision, format_window, substitute
@@ -47,7 +47,7 @@ class Queries:
 
 def window_seconds(metric: MetricSpec, interval_s: float, scrape_interval_s: float) -> int:
     """``metric.window`` or the analysis interval, in whole seconds, ≥ 4 scrape intervals."""
-    wanted = parse_duration(metric.window) if metric.window else interval_s
+    wanted = metric.window_seconds or interval_s
     return max(1, round(wanted), round(SCRAPE_INTERVALS_PER_WINDOW * scrape_interval_s))
 
 
@@ -79,7 +79,7 @@ async def measure(
     rollout: str,
     canary_rev: str,
     stable_rev: str | None,
-    metrics: list[MetricSpec],
+    metrics: Sequence[MetricSpec],
     interval_s: float,
     default_min_samples: int,
     *,
@@ -159,7 +159,7 @@ def _span(metric: MetricSpec, interval_s: float, scrape_interval_s: float, at: f
     step's evidence period is too short to query (``increase()`` needs two scrapes in range)."""
     if since is None:
         return window_seconds(metric, interval_s, scrape_interval_s)
-    warmup = parse_duration(metric.warmup) if metric.warmup else 0.0
+    warmup = metric.warmup_seconds
     period = at - (since + warmup)
     if period < EVIDENCE_MIN_SCRAPES * scrape_interval_s:
         what = "warming up" if period < 0 else "collecting"

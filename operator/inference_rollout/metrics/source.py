@@ -17,7 +17,6 @@ from typing import Any, Protocol
 
 import httpx
 
-from ..api.duration import parse_duration
 from ..api.spec import PrometheusSpec
 from ..bounded_http import AnswerTooLarge, MalformedJSON, MiB, loads, read_capped, sanitize
 from ..core.types import MeasurementError
@@ -113,7 +112,7 @@ class PrometheusSource:
     @classmethod
     def from_spec(cls, spec: PrometheusSpec, bearer_token: str | None = None) -> PrometheusSource:
         """Build from ``spec.analysis.prometheus``; the caller reads the token Secret, if any."""
-        return cls(spec.address, timeout_s=parse_duration(spec.timeout), bearer_token=bearer_token)
+        return cls(spec.address, timeout_s=spec.timeout_seconds, bearer_token=bearer_token)
 
     async def aclose(self) -> None:
         if self._owns_client:

@@ -61,6 +61,7 @@ class HTTPRouteRouter:
                 "spec.traffic.gatewayAPI.httpRouteRef does not exist: create it, or use "
                 "parentRefs to let the operator own the route")
         return route
+
     def _revision_of(self, ref: dict[str, Any]) -> str | None:
         prefix = f"{self.rollout}-"
         name = str(ref.get("name", ""))
@@ -78,7 +79,20 @@ class HTTPRouteRouter:
 
     async def get_weights(self) -> dict[str, int] | None:
         route = await self._read()
-        return None if route is None else self.weights_of(route)
+        if route is None:
+            return None
+        self._remember_ports(route)
+        return self.weights_of(route)
+
+    def _remember_ports(self, route: dict[str, Any]) -> None:
+        """Keep the port of each revision the route already sends to, for revisions whose
+        Service is gone (a fail-safe return to a stable whose objects were deleted must keep
+        the port the route had, not guess one)."""
+        rules = route.get("spec", {}).get("rules") or []
+        for ref in (rules[0].get("backendRefs") or []) if rules else []:
+            rev = self._revision_of(ref)
+            if rev is not None and isinstance(ref.get("port"), int):
+                self.ports.setdefault(rev, ref["port"])
 
     # --- writing -------------------------------------------------------------------------------
 
