@@ -57,7 +57,7 @@ from .metrics.measure import measure
 from .metrics.source import BEARER_TOKEN, MetricSource, PrometheusSource, Unreachable
 from .metrics.tenancy import FailingSource, NamespaceConfined, address_allowed, refused
 from .traffic.gateway import HTTPRouteRouter
-from .traffic.router import RouteError, RouteMissing
+from .traffic.router import RouteError, RouteMissing, RouteState
 from .workloads.revisions import RevisionError, Revisions
 
 log = logging.getLogger("inference_rollout")
@@ -181,7 +181,8 @@ async def reconcile(deps: Deps, body: dict[str, Any]) -> float:
         generation=generation,
         template_hash=template_hash(body["spec"]["template"]),
         revisions=world_revisions,
-        route=route,
+        route=None if route is None else route.weights,
+        route_acceptance=None if route is None else route.acceptance,
         measurements=measurements,
         evaluation=evaluation,
         invalid=tuple(invalid),
@@ -230,11 +231,12 @@ def _router(deps: Deps, body: dict[str, Any], traffic: TrafficSpec, port: int,
                            traffic.gateway_api, port, ports)
 
 
-async def _route(router: HTTPRouteRouter, deleting: bool) -> dict[str, int] | None:
-    """The route's weights; while deleting, a user's route that is already gone reads as no
-    route (nothing to return to stable), never as an error that holds the finalizer."""
+async def _route(router: HTTPRouteRouter, deleting: bool) -> RouteState | None:
+    """The route's weights and the gateway's view of it; while deleting, a user's route that is
+    already gone reads as no route (nothing to return to stable), never as an error that holds
+    the finalizer."""
     try:
-        return await router.get_weights()
+        return await router.observe()
     except RouteMissing:
         if deleting:
             return None
@@ -260,7 +262,9 @@ async def _traffic_to_stable(deps: Deps, body: dict[str, Any], status: Inference
     observed = await revisions.observe()
     stable_port = observed.get(status.stable_revision, RevisionState(0, 0, 0)).port
     router = _router(deps, body, traffic, stable_port or 80, observed)
-    write = validation.traffic_to_stable(status, await _route(router, deleting=True), deleting)
+    route = await _route(router, deleting=True)
+    write = validation.traffic_to_stable(status, None if route is None else route.weights,
+                                         deleting)
     if write is not None:
         await router.set_weights(write.stable_revision, write.canary_revision,
                                  write.canary_weight)

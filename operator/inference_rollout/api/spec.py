@@ -257,6 +257,12 @@ class GatewayAPITraffic(Model):
     endpoint_picker_ref: EndpointPickerRef | None = Field(
         None, alias="endpointPickerRef",
         description="With backendKind InferencePool: the EPP each revision's pool names.")
+    route_status: Literal["IfReported", "Required", "Ignored"] = Field(
+        "IfReported", alias="routeStatus",
+        description="When a written weight counts as applied (docs/operator.md, route status): "
+        "IfReported waits for the gateway's Accepted/ResolvedRefs of the route's current "
+        "generation once the gateway writes route status at all; Required always waits (the "
+        "progress deadline rolls back a route never accepted); Ignored never reads it.")
 
     @model_validator(mode="after")
     def _one_mode(self) -> GatewayAPITraffic:
