@@ -316,12 +316,16 @@ async def _measure(deps: Deps, spec: InferenceRolloutSpec, status: InferenceRoll
                                     detail=f"Prometheus token: {e.message}") for m in metrics}
     # The Sequential rule counts from when the step's weight was reached (until then the
     # canary carries the previous step's weight: its last window is measured, as by Window).
-    started = from_iso(status.step_started_at) if spec.analysis.verdicts == "Sequential" else None
+    held_from = from_iso(status.step_started_at)
+    started = held_from if spec.analysis.verdicts == "Sequential" else None
     return await measure(
         source, ns, name, status.canary_revision, status.stable_revision, metrics,
         parse_duration(spec.analysis.interval), spec.analysis.min_samples,
         scrape_interval_s=parse_duration(spec.analysis.prometheus.scrape_interval),
-        since=None if started is None else started.timestamp())
+        since=None if started is None else started.timestamp(),
+        # The weight in force: set, and accepted by the gateway (the hold has started).
+        weight=status.canary_weight if held_from is not None else None,
+        weight_since=None if held_from is None else held_from.timestamp())
 
 
 async def _evaluate(deps: Deps, spec: InferenceRolloutSpec, status: InferenceRolloutStatus,

@@ -349,11 +349,18 @@ class StrategySpec(Model):
 BUILTIN_TEMPLATES = (
     "ttft-p99", "itl-p99", "e2e-p99", "error-rate",
     "kv-cache-hit-rate", "preemptions", "kv-cache-usage", "gpu-temperature",
+    "gateway-error-rate", "gateway-traffic-share",
 )
 TemplateName = Literal[
     "ttft-p99", "itl-p99", "e2e-p99", "error-rate",
     "kv-cache-hit-rate", "preemptions", "kv-cache-usage", "gpu-temperature",
+    "gateway-error-rate", "gateway-traffic-share",
 ]
+#: Templates read from the gateway's request counters (docs/metrics.md, "The gateway's view").
+GATEWAY_TEMPLATES = frozenset({"gateway-error-rate", "gateway-traffic-share"})
+#: Templates whose counts are failed/all requests (the sequential tests of an error rate).
+ERROR_RATE_TEMPLATES = frozenset({"error-rate", "gateway-error-rate"})
+GatewayName = Literal["traefik", "istio", "kgateway"]
 
 
 class SecretKeyRef(Model):
@@ -422,6 +429,9 @@ class MetricSpec(Model):
     warmup: Duration | None = Field(
         None, description="Sequential rule: ignore this long after the step's weight is reached "
         "(cold caches); evidence counts from then on.")
+    gateway: GatewayName | None = Field(
+        None, description="gateway-* templates: whose request counters to read "
+        "(traefik by default; docs/metrics.md lists each one's metric).")
 
     @model_validator(mode="after")
     def _source_and_threshold(self) -> MetricSpec:
@@ -433,6 +443,17 @@ class MetricSpec(Model):
             raise ValueError(
                 f"spec.analysis.metrics[name={self.name}]: set a threshold "
                 "(max, min, maxRatioToStable or minRatioToStable)"
+            )
+        if self.gateway is not None and self.template not in GATEWAY_TEMPLATES:
+            raise ValueError(
+                f"spec.analysis.metrics[name={self.name}].gateway: only the gateway-error-rate "
+                "and gateway-traffic-share templates read a gateway; remove gateway"
+            )
+        if self.template == "gateway-traffic-share" and (self.is_relative() or self.max is None):
+            raise ValueError(
+                f"spec.analysis.metrics[name={self.name}]: gateway-traffic-share measures "
+                "percentage points away from the written weight; set max (e.g. max: 2), "
+                "not a ratio to stable"
             )
         return self
 
