@@ -587,10 +587,14 @@ def _route_rejected(run: _Run) -> bool:
 
 def _note_rejection(run: _Run) -> None:
     """One Warning Event when the gateway starts refusing the route outside a rollback decided
-    here (e.g. at stable, or before the canary has a weight); the condition carries it after."""
-    acceptance = run.world.route_acceptance
+    here (e.g. at stable); the condition carries it after.  Not for a route that gives a
+    release's canary 0%: the refusal may be the moment before its Service exists, and the
+    generation that carries its first weight is judged anyway (:func:`_route_rejected`)."""
+    acceptance, st = run.world.route_acceptance, run.status
+    canary_held = (run.world.route or {}).get(st.canary_revision or "", 0)
     if (run.rolled_back is not None or not isinstance(acceptance, RouteRejected)
-            or route_gate.verdict(run.spec, acceptance) != "Rejected"):
+            or route_gate.verdict(run.spec, acceptance) != "Rejected"
+            or (st.canary_revision is not None and canary_held == 0 and not st.aborted)):
         return
     before = next((c for c in run.status.conditions if c.type == r.ROUTE_ACCEPTED), None)
     if before is None or before.status != "False":
