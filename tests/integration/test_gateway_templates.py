@@ -14,10 +14,11 @@ import asyncio
 import threading
 from collections import defaultdict
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import pytest
+from tests.integration.fake_vllm_exporter import LoopbackServer, send_metrics
 
 from inference_rollout.api.spec import MetricSpec
 from inference_rollout.core.types import Measurement
@@ -52,7 +53,7 @@ def series(ns: str, svc: str, code: str) -> list[str]:
     ]
 
 
-class FakeGateway:
+class FakeGateway(LoopbackServer):
     """Serves /metrics on 127.0.0.1; each scrape first routes one tick of :data:`TRAFFIC`."""
 
     def __init__(self) -> None:
@@ -70,31 +71,18 @@ class FakeGateway:
                     gateway.counts[f'traefik_service_requests_total{{service="prod-chat-{CANARY}'
                                    f'-{PORT}@kubernetescrd",code="500"}}'] += 50
                     body = "".join(f"{k} {v}\n" for k, v in gateway.counts.items()).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain; version=0.0.4")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+                send_metrics(self, body)
 
             def log_message(self, *args: Any) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    def __enter__(self) -> FakeGateway:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        super().__init__(Handler)
 
 
 @pytest.fixture(scope="module")
 def prom_url(prometheus: Any) -> Iterator[str]:
     with FakeGateway() as gateway:
-        port = gateway.server.server_address[1]
+        port = gateway.port
         server = prometheus([{"job_name": "gateway",
                               "static_configs": [{"targets": [f"127.0.0.1:{port}"]}]}],
                             scrape_interval="1s")
