@@ -55,7 +55,7 @@ from .metrics.measure import measure
 from .metrics.source import BEARER_TOKEN, MetricSource, PrometheusSource, Unreachable
 from .metrics.tenancy import FailingSource, NamespaceConfined, address_allowed, refused
 from .traffic.gateway import HTTPRouteRouter
-from .traffic.router import RouteError, RouteMissing
+from .traffic.router import RouteError, RouteMissing, RouteState
 from .workloads.revisions import RevisionError, Revisions
 
 log = logging.getLogger("inference_rollout")
@@ -181,7 +181,8 @@ async def reconcile(deps: Deps, body: dict[str, Any]) -> float:
         generation=generation,
         template_hash=template_hash(body["spec"]["template"]),
         revisions=world_revisions,
-        route=route,
+        route=None if route is None else route.weights,
+        route_acceptance=None if route is None else route.acceptance,
         measurements=measurements,
         evaluation=evaluation,
         invalid=tuple(invalid),
@@ -230,11 +231,12 @@ def _router(deps: Deps, body: dict[str, Any], traffic: TrafficSpec, port: int,
                            traffic.gateway_api, port, ports)
 
 
-async def _route(router: HTTPRouteRouter, deleting: bool) -> dict[str, int] | None:
-    """The route's weights; while deleting, a user's route that is already gone reads as no
-    route (nothing to return to stable), never as an error that holds the finalizer."""
+async def _route(router: HTTPRouteRouter, deleting: bool) -> RouteState | None:
+    """The route's weights and the gateway's view of it; while deleting, a user's route that is
+    already gone reads as no route (nothing to return to stable), never as an error that holds
+    the finalizer."""
     try:
-        return await router.get_weights()
+        return await router.observe()
     except RouteMissing:
         if deleting:
             return None
@@ -262,7 +264,9 @@ async def _traffic_to_stable(deps: Deps, body: dict[str, Any], status: Inference
     # backendRef in the route (get_weights learns the route's ports first).
     stable_port = observed.get(status.stable_revision, RevisionState(0, 0, 0)).port
     router = _router(deps, body, traffic, stable_port or DEFAULT_SERVING_PORT, observed)
-    write = validation.traffic_to_stable(status, await _route(router, deleting=True), deleting)
+    route = await _route(router, deleting=True)
+    write = validation.traffic_to_stable(status, None if route is None else route.weights,
+                                         deleting)
     if write is not None:
         await router.set_weights(write.stable_revision, write.canary_revision,
                                  write.canary_weight)
@@ -314,12 +318,16 @@ async def _measure(deps: Deps, spec: InferenceRolloutSpec, status: InferenceRoll
                                     detail=f"Prometheus token: {e.message}") for m in metrics}
     # The Sequential rule counts from when the step's weight was reached (until then the
     # canary carries the previous step's weight: its last window is measured, as by Window).
-    started = from_iso(status.step_started_at) if spec.analysis.verdicts == "Sequential" else None
+    held_from = from_iso(status.step_started_at)
+    started = held_from if spec.analysis.verdicts == "Sequential" else None
     return await measure(
         source, ns, name, status.canary_revision, status.stable_revision, metrics,
         spec.analysis.interval_seconds, spec.analysis.min_samples,
         scrape_interval_s=spec.analysis.prometheus.scrape_interval_seconds,
-        since=None if started is None else started.timestamp())
+        since=None if started is None else started.timestamp(),
+        # The weight in force: set, and accepted by the gateway (the hold has started).
+        weight=status.canary_weight if held_from is not None else None,
+        weight_since=None if held_from is None else held_from.timestamp())
 
 
 async def _evaluate(deps: Deps, spec: InferenceRolloutSpec, status: InferenceRolloutStatus,

@@ -15,7 +15,7 @@ import threading
 from collections import defaultdict
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Self
 
 # vLLM V1 bucket boundaries (vllm/v1/metrics/loggers.py).
 TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0,
@@ -128,7 +128,33 @@ def _histogram(
     return lines
 
 
-class FakeVllmExporter:
+class LoopbackServer:
+    """An HTTP server on 127.0.0.1 (random port) in a daemon thread, for a ``with`` block."""
+
+    def __init__(self, handler: type[BaseHTTPRequestHandler]) -> None:
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> Self:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def send_metrics(handler: BaseHTTPRequestHandler, body: bytes) -> None:
+    """Answer 200 with a Prometheus text exposition."""
+    handler.send_response(200)
+    handler.send_header("Content-Type", "text/plain; version=0.0.4")
+    handler.send_header("Content-Length", str(len(body)))
+    handler.end_headers()
+    handler.wfile.write(body)
+
+
+class FakeVllmExporter(LoopbackServer):
     """Serves every profile at ``/pods/<namespace>/<pod>/metrics`` on 127.0.0.1 (random port)."""
 
     def __init__(self, profiles: list[PodProfile]) -> None:
@@ -147,26 +173,12 @@ class FakeVllmExporter:
                 with exporter.lock:
                     profile.tick()
                     body = profile.render().encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain; version=0.0.4")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+                send_metrics(self, body)
 
             def log_message(self, *args: Any) -> None:  # keep test output clean
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.port = self.server.server_address[1]
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    def __enter__(self) -> FakeVllmExporter:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        super().__init__(Handler)
 
     def scrape_configs(self) -> list[dict[str, Any]]:
         """One job per pod, with the ``namespace``/``pod`` target labels a PodMonitor sets."""

@@ -176,6 +176,8 @@ class Sim:
     generation: int = 1
     decisions: list[Decision] = field(default_factory=list)
     measured: list[datetime] = field(default_factory=list)
+    #: The gateway's view of the route at each reconcile (``gateway(sim)``); None: not read.
+    gateway: Any = None
 
     @property
     def spec(self) -> InferenceRolloutSpec:
@@ -229,7 +231,7 @@ class Sim:
             revisions=dict(self.world.deployments),
             route=None if self.world.route is None else dict(self.world.route),
             measurements=measurements, evaluation=self.evaluate(), invalid=invalid,
-            deleting=deleting)
+            deleting=deleting, route_acceptance=self.gateway(self) if self.gateway else None)
         d = decide(spec, self.status, obs, self.now)
         self.decisions.append(d)
         self.world.history.append(d)

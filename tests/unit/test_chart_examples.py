@@ -21,7 +21,7 @@ EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))  # not examples/budget/: i
 KIND = ROOT / "deploy" / "kind"
 KIND_ROLLOUTS = sorted(KIND.glob("rollout*.yaml"))
 EXPECTED = {"latency-chat.yaml", "throughput-70b-tp4.yaml", "owned-route.yaml",
-            "inferencepool-backend.yaml", "business-metric.yaml"}
+            "inferencepool-backend.yaml", "business-metric.yaml", "gateway-view.yaml"}
 
 
 def rollouts(path: Path) -> list[dict[str, Any]]:
@@ -85,6 +85,15 @@ def test_owned_route_and_inferencepool_modes() -> None:
     assert pool.backend_kind == "InferencePool"
     assert pool.endpoint_picker_ref is not None
     assert pool.endpoint_picker_ref.for_pool("llama-pool-abc")["name"] == "llama-pool-abc-epp"
+
+
+def test_gateway_view_waits_for_the_gateway_and_reads_its_counters() -> None:
+    spec = spec_of(ROOT / "examples" / "gateway-view.yaml")
+    assert spec.traffic.gateway_api.route_status == "Required"
+    by_template = {m.template: m for m in spec.analysis.metrics}
+    assert by_template["gateway-error-rate"].gateway == "traefik"
+    share = by_template["gateway-traffic-share"]
+    assert share.max == 2 and share.min_samples == 2000
 
 
 def test_business_metric_uses_placeholders_and_a_relative_threshold() -> None:

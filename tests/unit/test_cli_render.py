@@ -22,3 +22,16 @@ def test_get_without_evidence_shows_one_row_per_metric() -> None:
         "errors": {"value": 0.001, "verdict": "Pass", "threshold": "≤ 0.01"}}}}
     lines = render_rollout(body).splitlines()
     assert lines[-1].lstrip().startswith("errors")
+
+
+def test_get_shows_a_route_the_gateway_rejected() -> None:
+    message = ("the gateway rejected generation 7 of the route for Gateway gw/sandbox: "
+               "Accepted=False NotAllowedByListeners: no listener admits namespace prod")
+    body = {"metadata": {"namespace": "prod", "name": "chat"}, "status": {"conditions": [
+        {"type": "RouteAccepted", "status": "False", "reason": "RouteRejected",
+         "message": message},
+        {"type": "RouteAccepted", "status": "Unknown", "reason": "RoutePending",
+         "message": "waiting"}]}}
+    lines = render_rollout(body).splitlines()
+    assert f"RouteAccepted: RouteRejected: {message}" in lines
+    assert not any("RoutePending" in line for line in lines)

@@ -179,6 +179,22 @@ VALIDATIONS: Final[dict[RulePath, list[Rule]]] = {
             "messageExpression": _METRIC
             + "set a threshold (max, min, maxRatioToStable or minRatioToStable)'",
         },
+        {
+            "rule": "!has(self.gateway) || (has(self.template) && self.template in "
+            "['gateway-error-rate', 'gateway-traffic-share'])",
+            "message": "spec.analysis.metrics: gateway is only for the gateway-error-rate and "
+            "gateway-traffic-share templates",
+            "messageExpression": _METRIC + "gateway: only the gateway-error-rate and "
+            "gateway-traffic-share templates read a gateway; remove gateway'",
+        },
+        {
+            "rule": "!has(self.template) || self.template != 'gateway-traffic-share' "
+            "|| (has(self.max) && !has(self.maxRatioToStable) && !has(self.minRatioToStable))",
+            "message": "spec.analysis.metrics: gateway-traffic-share takes max (percentage "
+            "points away from the written weight), not a ratio to stable",
+            "messageExpression": _METRIC + "gateway-traffic-share measures percentage points "
+            "away from the written weight; set max (e.g. max: 2), not a ratio to stable'",
+        },
     ],
 }
 

@@ -79,6 +79,39 @@ INCONCLUSIVE_ROLLBACK_MSG = (
 RETRY_REQUESTED = "RetryRequested"
 RETRY_REQUESTED_MSG = "retrying revision {canary} from step 1"
 
+# The gateway's view of the route (condition RouteAccepted; docs/operator.md, route status)
+ROUTE_ACCEPTED = "RouteAccepted"
+ROUTE_ACCEPTED_MSG = "the gateway accepted generation {generation} of the route for every parent"
+ROUTE_HOLD_STARTS_MSG = (
+    "step {step}/{steps}: the gateway accepted generation {generation} of the route; "
+    "{weight}% holds from now"
+)
+ROUTE_PENDING = "RoutePending"
+ROUTE_PENDING_MSG = (
+    "waiting for the gateway to accept generation {generation} of the route: {detail}"
+)
+ROUTE_STATUS_NOT_REPORTED = "RouteStatusNotReported"
+ROUTE_STATUS_NOT_REPORTED_MSG = (
+    "the route has no status.parents (generation {generation}): {policy}"
+)
+ROUTE_STATUS_TRUSTED = (
+    "weights count as applied when the API server holds them (routeStatus: IfReported); set "
+    "routeStatus: Required if the gateway should confirm them"
+)
+ROUTE_STATUS_AWAITED = (
+    "routeStatus: Required waits for the gateway; the progress deadline rolls the release back"
+)
+ROUTE_REJECTED = "RouteRejected"
+ROUTE_REJECTED_MSG = (
+    "the gateway rejected generation {generation} of the route for {parent}: {condition}=False "
+    "{reason}: {message}"
+)
+ROUTE_NOT_ACCEPTED = "RouteNotAccepted"
+ROUTE_NOT_ACCEPTED_MSG = (
+    "rolled back: the gateway did not accept generation {generation} of the route within "
+    "{deadline} of the step's start ({detail})"
+)
+
 # Paused
 PAUSE_REQUESTED = "PauseRequested"
 ERROR_LIMIT_PAUSE_MSG = (

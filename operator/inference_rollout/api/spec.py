@@ -270,6 +270,12 @@ class GatewayAPITraffic(Model):
     endpoint_picker_ref: EndpointPickerRef | None = Field(
         None, alias="endpointPickerRef",
         description="With backendKind InferencePool: the EPP each revision's pool names.")
+    route_status: Literal["IfReported", "Required", "Ignored"] = Field(
+        "IfReported", alias="routeStatus",
+        description="When a written weight counts as applied (docs/operator.md, route status): "
+        "IfReported waits for the gateway's Accepted/ResolvedRefs of the route's current "
+        "generation once the gateway writes route status at all; Required always waits (the "
+        "progress deadline rolls back a route never accepted); Ignored never reads it.")
 
     @model_validator(mode="after")
     def _one_mode(self) -> GatewayAPITraffic:
@@ -372,11 +378,18 @@ class StrategySpec(Model):
 BUILTIN_TEMPLATES = (
     "ttft-p99", "itl-p99", "e2e-p99", "error-rate",
     "kv-cache-hit-rate", "preemptions", "kv-cache-usage", "gpu-temperature",
+    "gateway-error-rate", "gateway-traffic-share",
 )
 TemplateName = Literal[
     "ttft-p99", "itl-p99", "e2e-p99", "error-rate",
     "kv-cache-hit-rate", "preemptions", "kv-cache-usage", "gpu-temperature",
+    "gateway-error-rate", "gateway-traffic-share",
 ]
+#: Templates read from the gateway's request counters (docs/metrics.md, "The gateway's view").
+GATEWAY_TEMPLATES = frozenset({"gateway-error-rate", "gateway-traffic-share"})
+#: Templates whose counts are failed/all requests (the sequential tests of an error rate).
+ERROR_RATE_TEMPLATES = frozenset({"error-rate", "gateway-error-rate"})
+GatewayName = Literal["traefik", "istio", "kgateway"]
 
 
 class SecretKeyRef(Model):
@@ -453,6 +466,9 @@ class MetricSpec(Model):
     warmup: Duration | None = Field(
         None, description="Sequential rule: ignore this long after the step's weight is reached "
         "(cold caches); evidence counts from then on.")
+    gateway: GatewayName | None = Field(
+        None, description="gateway-* templates: whose request counters to read "
+        "(traefik by default; docs/metrics.md lists each one's metric).")
 
     @model_validator(mode="after")
     def _source_and_threshold(self) -> MetricSpec:
@@ -464,6 +480,17 @@ class MetricSpec(Model):
             raise ValueError(
                 f"spec.analysis.metrics[name={self.name}]: set a threshold "
                 "(max, min, maxRatioToStable or minRatioToStable)"
+            )
+        if self.gateway is not None and self.template not in GATEWAY_TEMPLATES:
+            raise ValueError(
+                f"spec.analysis.metrics[name={self.name}].gateway: only the gateway-error-rate "
+                "and gateway-traffic-share templates read a gateway; remove gateway"
+            )
+        if self.template == "gateway-traffic-share" and (self.is_relative() or self.max is None):
+            raise ValueError(
+                f"spec.analysis.metrics[name={self.name}]: gateway-traffic-share measures "
+                "percentage points away from the written weight; set max (e.g. max: 2), "
+                "not a ratio to stable"
             )
         return self
 

@@ -31,7 +31,7 @@ SPECULATION_GOLDEN_BATCH = 16
 SPECULATION_BREAK_EVEN_BATCH = 32
 SPECULATION_LOSS_BATCH = 64
 LATENCY_TEMPLATES = frozenset({"ttft-p99", "itl-p99", "e2e-p99"})
-ERROR_TEMPLATES = frozenset({"error-rate"})
+ERROR_TEMPLATES = frozenset({"error-rate", "gateway-error-rate"})
 # A user's PromQL counts as watching latency / errors when it reads one of these.
 LATENCY_QUERY_WORDS = ("time_to_first_token", "inter_token_latency", "time_per_output_token",
                        "e2e_request_latency", "request_latency")

@@ -49,6 +49,6 @@ def render_rollout(body: dict[str, Any]) -> str:
                      f"{' — ' + ev['message'] if ev.get('message') else ''}")
     for c in st.get("conditions") or []:
         if (c.get("status") == "True" and c["type"] in ("Aborted", "Paused")) or (
-                c["type"] == "Valid" and c.get("status") == "False"):
+                c["type"] in ("Valid", "RouteAccepted") and c.get("status") == "False"):
             lines.append(f"{c['type']}: {c.get('reason')}: {c.get('message')}")
     return "\n".join(lines)

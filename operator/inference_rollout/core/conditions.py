@@ -12,6 +12,7 @@ from ..api import reasons as r
 from ..api.duration import format_duration
 from ..api.spec import InferenceRolloutSpec
 from ..api.status import Condition, ConditionStatus, InferenceRolloutStatus, Phase
+from .route_gate import condition as route_condition
 from .steps import current_step
 from .timeutil import seconds_since, to_iso
 from .types import Observation
@@ -61,8 +62,10 @@ def step_message(
     assert step is not None
     head = f"step {status.current_step + 1}/{len(steps)}: "
     held = seconds_since(status.step_started_at, now)
-    if held is None or status.canary_weight < step.weight:
+    if status.canary_weight < step.weight:
         head += f"{status.canary_weight}% → {step.weight}% (waiting for canary pods)"
+    elif held is None:
+        head += f"{step.weight}% written (waiting for the gateway to accept the route)"
     else:
         hold = format_duration(step.hold_seconds) if step.pause else "no hold"
         head += f"{step.weight}% for {format_duration(max(held, 0))} of {hold}"
@@ -77,7 +80,8 @@ def apply_conditions(
     world: Observation,
     now: datetime,
 ) -> None:
-    """Write Valid, Available, Progressing, Paused and Aborted, and the phase."""
+    """Write Valid, Available, Progressing, Paused, Aborted and RouteAccepted (the gateway's
+    view of the route, unless ``routeStatus: Ignored``), and the phase."""
     gen = world.generation
 
     def put(t: str, v: ConditionStatus, reason: str, msg: str) -> None:
@@ -112,6 +116,10 @@ def apply_conditions(
     else:
         put("Progressing", "False", r.RELEASE_COMPLETE,
             r.RELEASE_COMPLETE_MSG.format(revision=status.stable_revision or "(none)"))
+
+    route = route_condition(spec, world.route_acceptance)
+    if route is not None:
+        put(r.ROUTE_ACCEPTED, *route)
 
     if any(c.type == r.RECONCILE_FAILED for c in status.conditions):
         put(r.RECONCILE_FAILED, "False", r.RECONCILED, r.RECONCILED_MSG)

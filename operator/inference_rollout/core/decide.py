@@ -29,6 +29,7 @@ from ..api.duration import format_duration
 from ..api.spec import InferenceRolloutSpec, Step
 from ..api.status import InferenceRolloutStatus, MetricResult, Requests
 from . import evaluation_gate as gate
+from . import route_gate
 from . import verdicts as an
 from .capacity import (
     canary_target,
@@ -50,6 +51,8 @@ from .types import (
     Observation,
     OrphanRevision,
     RecordEvent,
+    RouteApplied,
+    RouteRejected,
     SetWeights,
 )
 
@@ -138,6 +141,7 @@ def decide(
     if not world.deleting:
         _old_revisions(run)
         _reconcile_route(run)
+        _note_rejection(run)
     st = run.status
     st.message = _message(run)
     apply_conditions(spec, st, world, now)
@@ -459,6 +463,8 @@ def _progress(run: _Run) -> None:
     """Capacity, weight, hold and analysis for the current step; at most one step advance."""
     st, spec = run.status, run.spec
     assert st.current_step is not None
+    if _route_rejected(run):
+        return
     if st.requests.promote_full and st.current_step < len(spec.strategy.steps) - 1:
         st.current_step = len(spec.strategy.steps) - 1
         st.step_entered_at, st.step_started_at = to_iso(run.now), None
@@ -493,7 +499,7 @@ def _capacity_and_weight(run: _Run, step: Step) -> bool:
         run.ensure(st.stable_revision, counts.stable)
         run.ensure(st.canary_revision, counts.canary)
     if st.canary_weight >= step.weight:
-        return True
+        return _weight_in_force(run, step)
     if not ready_enough(spec, step, ready):
         waited = seconds_since(st.step_entered_at, run.now) or 0.0
         deadline = spec.strategy.progress_deadline_seconds
@@ -516,13 +522,83 @@ def _capacity_and_weight(run: _Run, step: Step) -> bool:
         _wake_for_analysis(run)
         return False
     st.canary_weight = step.weight
-    st.step_started_at = to_iso(run.now)
     steps = len(spec.strategy.steps)
     run.event("Normal", r.STEP_WEIGHT_SET, r.STEP_WEIGHT_SET_MSG.format(
         step=st.current_step + 1 if st.current_step is not None else 0, steps=steps,
         weight=step.weight, canary=st.canary_revision))
-    run.wake_in(0 if spec.analysis.effective_metrics else step.hold_seconds)
+    if route_gate.trusted_as_written(spec, world.route_acceptance):
+        _start_hold(run, step)
+    else:
+        # The gateway's answer comes with the route's next generation: the hold starts once it
+        # accepts it (_weight_in_force), not when the API server stores it.
+        st.step_started_at = None
+        run.wake_in(POLL_SECONDS)
     return False
+
+
+def _start_hold(run: _Run, step: Step) -> None:
+    run.status.step_started_at = to_iso(run.now)
+    run.wake_in(0 if run.spec.analysis.effective_metrics else step.hold_seconds)
+
+
+def _weight_in_force(run: _Run, step: Step) -> bool:
+    """The step's weight is written.  True once the gateway serves it: the hold starts when the
+    gateway has accepted the route's generation that carries it (or at once when nothing is
+    awaited, see :mod:`.route_gate`).  A weight the gateway has not accepted by the step's
+    progress deadline rolls the release back; a rollback itself never waits for the gateway."""
+    st, spec, world = run.status, run.spec, run.world
+    if st.step_started_at is not None:
+        return True
+    holds_it = world.route == desired_route(st)
+    if holds_it and route_gate.verdict(spec, world.route_acceptance) == "Applied":
+        _start_hold(run, step)
+        if isinstance(world.route_acceptance, RouteApplied):
+            run.event("Normal", r.ROUTE_ACCEPTED, r.ROUTE_HOLD_STARTS_MSG.format(
+                step=(st.current_step or 0) + 1, steps=len(spec.strategy.steps),
+                generation=world.route_acceptance.generation, weight=st.canary_weight))
+        return True
+    waited = seconds_since(st.step_entered_at, run.now) or 0.0
+    deadline = spec.strategy.progress_deadline_seconds
+    if waited >= deadline:
+        acceptance = world.route_acceptance
+        _abort(run, r.ROUTE_NOT_ACCEPTED, r.ROUTE_NOT_ACCEPTED_MSG.format(
+            generation=acceptance.generation if acceptance else "(unknown)",
+            deadline=format_duration(deadline),
+            detail=route_gate.pending_detail(acceptance if holds_it else None)))
+    else:
+        run.wake_in(min(POLL_SECONDS, deadline - waited))
+    return False
+
+
+def _route_rejected(run: _Run) -> bool:
+    """The gateway refused the route's generation that carries the canary's weight: the release
+    stops (rolled back; the gateway's reason and message in the condition and Event).  Judged
+    only once the canary has a weight and the route holds what the status says: a canary
+    added at 0% may be refused for a moment before its Service exists (BackendNotFound)."""
+    st, world = run.status, run.world
+    rejected = world.route_acceptance
+    if (st.canary_weight == 0 or world.route != desired_route(st)
+            or not isinstance(rejected, RouteRejected)
+            or route_gate.verdict(run.spec, rejected) != "Rejected"):
+        return False
+    _abort(run, r.ROUTE_REJECTED, "rolled back: " + route_gate.rejection_message(rejected))
+    return True
+
+
+def _note_rejection(run: _Run) -> None:
+    """One Warning Event when the gateway starts refusing the route outside a rollback decided
+    here (e.g. at stable); the condition carries it after.  Not for a route that gives a
+    release's canary 0%: the refusal may be the moment before its Service exists, and the
+    generation that carries its first weight is judged anyway (:func:`_route_rejected`)."""
+    acceptance, st = run.world.route_acceptance, run.status
+    canary_held = (run.world.route or {}).get(st.canary_revision or "", 0)
+    if (run.rolled_back is not None or not isinstance(acceptance, RouteRejected)
+            or route_gate.verdict(run.spec, acceptance) != "Rejected"
+            or (st.canary_revision is not None and canary_held == 0 and not st.aborted)):
+        return
+    before = next((c for c in run.status.conditions if c.type == r.ROUTE_ACCEPTED), None)
+    if before is None or before.status != "False":
+        run.event("Warning", r.ROUTE_REJECTED, route_gate.rejection_message(acceptance))
 
 
 def _guard_capacity(run: _Run, step: Step, ready: int) -> bool:

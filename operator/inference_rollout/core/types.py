@@ -87,14 +87,56 @@ class EvaluationOutcome:
 
 
 @dataclass(frozen=True)
+class RouteApplied:
+    """The gateway accepted the route's current generation for every parent (``Accepted`` and
+    ``ResolvedRefs`` True, ``observedGeneration`` current): the weights it holds are in force."""
+
+    generation: int
+
+
+@dataclass(frozen=True)
+class RoutePending:
+    """The gateway writes status for this route but has not yet accepted its current generation
+    for every parent (``detail`` says which parent and what it last observed)."""
+
+    generation: int
+    detail: str
+
+
+@dataclass(frozen=True)
+class RouteRejected:
+    """The gateway refused the current generation for a parent: ``condition`` (``Accepted`` or
+    ``ResolvedRefs``) is False with the gateway's ``reason`` and ``message``."""
+
+    generation: int
+    parent: str
+    condition: str
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class RouteUnreported:
+    """The route has no ``status.parents`` at all: the gateway writes no route status (some
+    implementations never do), or has not seen the route yet."""
+
+    generation: int
+
+
+#: What the gateway says of the route (``status.parents``), read with its weights.
+RouteAcceptance = RouteApplied | RoutePending | RouteRejected | RouteUnreported
+
+
+@dataclass(frozen=True)
 class Observation:
     """The world as read at one instant.
 
     ``template_hash`` is the revision the spec asks for now.  ``measurements`` is present only when
     the handler ran the analysis because :func:`inference_rollout.core.decide.analysis_due` said
-    so.  ``route`` is what the API server holds, read back by the router.  ``invalid`` carries spec
-    problems found outside the CRD schema (template shape, lint errors): an invalid release never
-    receives traffic.
+    so.  ``route`` is what the API server holds, read back by the router, and
+    ``route_acceptance`` what the gateway wrote of it in the route's status.  ``invalid``
+    carries spec problems found outside the CRD schema (template shape, lint errors): an invalid
+    release never receives traffic.
     """
 
     generation: int
@@ -105,6 +147,8 @@ class Observation:
     evaluation: EvaluationOutcome | None = None  # present when evaluation_due said so
     invalid: tuple[str, ...] = ()
     deleting: bool = False
+    #: The gateway's view of the route; None when it was not read (no route yet).
+    route_acceptance: RouteAcceptance | None = None
 
 
 # --- actions ------------------------------------------------------------------------------------

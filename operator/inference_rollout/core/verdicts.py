@@ -17,7 +17,7 @@ from datetime import datetime
 
 from ..api.duration import format_duration
 from ..api.effective import effective_metrics, slo_metrics
-from ..api.spec import AnalysisSpec, MetricSpec
+from ..api.spec import ERROR_RATE_TEMPLATES, AnalysisSpec, MetricSpec
 from ..api.status import MetricResult, Verdict
 from . import sequential as sq
 from .timeutil import to_iso
@@ -127,7 +127,7 @@ def _sequential(metric: MetricSpec, m: Measurement, rates: sq.ErrorRates) -> _Se
         o = sq.bernoulli(requests, sure, possible, sq.P99_EXCEEDANCE, rates)
         what = f"over {metric.max:g} s"
         return _Sequential(o, _test_text(o, what), True, not others and not metric.is_relative())
-    if metric.template != "error-rate" or ev.requests is None or ev.errors is None:
+    if metric.template not in ERROR_RATE_TEMPLATES or ev.requests is None or ev.errors is None:
         return None
     if metric.max is not None and sq.testable(metric.max):
         o = sq.bernoulli(ev.requests, ev.errors, ev.errors, metric.max, rates)

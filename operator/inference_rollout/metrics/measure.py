@@ -18,8 +18,9 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from ..api.spec import MetricSpec
+from ..api.spec import ERROR_RATE_TEMPLATES, GATEWAY_TEMPLATES, MetricSpec
 from ..core.types import Evidence, Measurement, MeasurementError
+from . import gateway_templates as gw
 from .promql import PlaceholderError, Revision, format_window, substitute
 from .source import MetricQueryError, MetricSource, NoData
 from .templates import _REQUESTS, ERROR_PARTS, TEMPLATES
@@ -52,15 +53,18 @@ def window_seconds(metric: MetricSpec, interval_s: float, scrape_interval_s: flo
 
 
 def build_queries(metric: MetricSpec, rev: Revision, window: str, min_samples: int,
-                  counts: bool = False) -> Queries:
+                  counts: bool = False, weight: int | None = None) -> Queries:
     """The value and sample-guard queries of ``metric`` for ``rev`` (and, with ``counts``, the
-    template's evidence query for the sequential tests).
+    template's evidence query for the sequential tests).  ``weight``: the canary's weight in
+    force, which ``gateway-traffic-share`` compares the gateway's split with.
 
     Custom queries get the request-count guard only when they set ``minSamples`` themselves: the
     analysis-wide default exists for the request-based templates, and a custom query may measure
     something that is not per request.  Raises :class:`PlaceholderError` for unknown placeholders.
     """
     sel = rev.selector
+    if metric.template in GATEWAY_TEMPLATES:
+        return _gateway_queries(metric, rev, window, min_samples, counts, weight)
     if metric.template is not None:
         t = TEMPLATES[metric.template]
         samples = t.samples(sel, window) if t.samples and min_samples > 0 else None
@@ -71,6 +75,36 @@ def build_queries(metric: MetricSpec, rev: Revision, window: str, min_samples: i
     assert metric.query is not None  # MetricSpec guarantees exactly one of template/query
     guard = metric.min_samples is not None and metric.min_samples > 0
     return Queries(substitute(metric.query, rev, window), _REQUESTS(sel, window) if guard else None)
+
+
+def _gateway_queries(metric: MetricSpec, rev: Revision, window: str, min_samples: int,
+                     counts: bool, weight: int | None) -> Queries:
+    gateway = metric.gateway or gw.DEFAULT_GATEWAY
+    if metric.template == gw.GATEWAY_ERROR_RATE:
+        samples = gw.requests(gateway, rev, window) if min_samples > 0 else None
+        if counts:
+            return Queries(gw.error_rate(gateway, rev, window), samples,
+                           gw.error_counts(gateway, rev, window), "part")
+        return Queries(gw.error_rate(gateway, rev, window), samples)
+    if weight is None:
+        raise ValueError("gateway-traffic-share needs the canary's weight in force")
+    return Queries(gw.traffic_share_error(gateway, rev, window, weight),
+                   gw.rollout_requests(gateway, rev, window) if min_samples > 0 else None)
+
+
+def _share_not_comparable(at: float, span: int, weight: int | None,
+                          weight_since: float | None) -> Measurement | None:
+    """``gateway-traffic-share`` compares the gateway's split with ONE weight: a window that
+    reaches back before that weight was in force (or no weight in force yet: the gateway has
+    not accepted the route) measures a mix of two weights, and says nothing (Inconclusive)."""
+    if weight is None or weight_since is None:
+        detail = "the canary's weight is not in force at the gateway yet"
+    elif at - span < weight_since:
+        detail = (f"the window ({span}s) reaches back before the canary's {weight}% was in "
+                  f"force ({max(0, round(at - weight_since))}s ago)")
+    else:
+        return None
+    return Measurement(None, error=MeasurementError.TOO_FEW_SAMPLES, detail=detail)
 
 
 async def measure(
@@ -86,13 +120,17 @@ async def measure(
     scrape_interval_s: float = 30.0,
     at: float | None = None,
     since: float | None = None,
+    weight: int | None = None,
+    weight_since: float | None = None,
 ) -> dict[str, Measurement]:
     """Measure ``metrics`` for the canary revision (and the stable one where a metric is
     relative).  Never raises for Prometheus trouble: that is reported per metric.
 
     ``since`` (unix seconds; the Sequential rule): when the step's weight was reached.  Every
     query then spans ``[since + warmup, at]`` instead of the last window, and templates with
-    counts also return them (:class:`Evidence`) for the sequential tests.
+    counts also return them (:class:`Evidence`) for the sequential tests.  ``weight`` and
+    ``weight_since``: the canary's weight in force and since when (for any rule), which
+    ``gateway-traffic-share`` compares the gateway's split with.
     """
     at = time.time() if at is None else at
     revs = {"canary": Revision(namespace, rollout, canary_rev)}
@@ -113,13 +151,20 @@ async def measure(
         if isinstance(span, Measurement):
             early[m.name] = span
             continue
+        if m.template == gw.GATEWAY_TRAFFIC_SHARE:
+            blind = _share_not_comparable(at, span, weight, weight_since)
+            if blind is not None:
+                early[m.name] = blind
+                continue
         windows[m.name] = span
         window = format_window(span)
         min_samples = default_min_samples if m.min_samples is None else m.min_samples
         try:
             # Counts of the stable too only where a two-sample test uses them (error rates).
             plans[m.name] = {s: build_queries(m, revs[s], window, min_samples, since is not None
-                                              and (s == "canary" or m.template == "error-rate"))
+                                              and (s == "canary"
+                                                   or m.template in ERROR_RATE_TEMPLATES),
+                                              weight)
                              for s in sides}
         except PlaceholderError as e:
             early[m.name] = Measurement(None, error=MeasurementError.BAD_QUERY, detail=str(e))

@@ -11,6 +11,9 @@ Two modes (DESIGN §3):
 Backends are the revisions' Services (``<rollout>-<revision>``) or, with ``backendKind:
 InferencePool``, one InferencePool per revision of the same name.  The revision of a backendRef is
 read back from its name, so weights are reported per revision.
+
+The route's ``status.parents`` (what the gateway made of it) is read with the weights and handed
+to the core as a typed observation (:mod:`.route_status`); writing a weight never waits for it.
 """
 
 from __future__ import annotations
@@ -22,7 +25,8 @@ from ..api import API_VERSION, KIND, LABEL_MANAGED_BY, LABEL_ROLLOUT, MANAGED_BY
 from ..api.spec import GatewayAPITraffic
 from ..core.revision import revision_name
 from ..kube import Kube, KubeError, ns_path
-from .router import RouteDrift, RouteError, RouteMissing
+from .route_status import route_acceptance
+from .router import RouteDrift, RouteError, RouteMissing, RouteState
 
 GROUP, VERSION, PLURAL = "gateway.networking.k8s.io", "v1", "httproutes"
 
@@ -93,6 +97,13 @@ class HTTPRouteRouter:
             rev = self._revision_of(ref)
             if rev is not None and isinstance(ref.get("port"), int):
                 self.ports.setdefault(rev, ref["port"])
+
+    async def observe(self) -> RouteState | None:
+        route = await self._read()
+        if route is None:
+            return None
+        self._remember_ports(route)
+        return RouteState(self.weights_of(route), route_acceptance(route))
 
     # --- writing -------------------------------------------------------------------------------
 

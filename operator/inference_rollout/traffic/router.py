@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Protocol
+
+from ..core.types import RouteAcceptance
 
 
 class RouteError(Exception):
@@ -17,7 +20,20 @@ class RouteDrift(RouteError):
     """After a write, the API server holds other weights than the ones written."""
 
 
+@dataclass(frozen=True)
+class RouteState:
+    """The route as read once: its weights by revision and what the gateway says of it."""
+
+    weights: dict[str, int]
+    acceptance: RouteAcceptance
+
+
 class TrafficRouter(Protocol):
+    async def observe(self) -> RouteState | None:
+        """The route's weights and the gateway's acceptance of its current generation (one
+        read); None when the route does not exist yet.  Setting a weight never waits for the
+        gateway: the core decides what a pending or rejected route means."""
+
     async def get_weights(self) -> dict[str, int] | None:
         """Backend weights by revision as the API server holds them; None when the route does
         not exist yet (an owned route before its first write)."""
