@@ -131,10 +131,12 @@ def test_the_largest_accepted_queries_confine_fast_enough_for_the_event_loop() -
     n = MAX_OPERATORS
     worst = ["-" * n + "up", "(" * n + "up" + ")" * n, "+".join(["up"] * (n + 1)),
              "sum(" * (n // 2) + "up" + ")" * (n // 2)]
+    # CPU time of this thread, not wall time: the claim is about work done while holding the
+    # loop, and wall time on a shared 2-core machine at load 18 failed this test with no change.
     for query in worst:
-        start = time.monotonic()
+        start = time.thread_time()
         assert_confined(confine(query, NS))
-        assert time.monotonic() - start < 0.5, query[:20]
+        assert time.thread_time() - start < 0.5, query[:20]
 
 
 def test_brackets_in_strings_and_comments_do_not_count() -> None:
