@@ -33,6 +33,7 @@ from .budget.lint import lint_manifest
 from .core import validation
 from .core.decide import IDLE_SECONDS, analysis_due, decide
 from .core.evaluation_gate import evaluation_due
+from .core.notices import notices
 from .core.revision import template_hash
 from .core.timeutil import from_iso
 from .core.types import (
@@ -56,6 +57,7 @@ from .kube import Kube, KubeError, ns_path, rollout_path
 from .metrics.measure import measure
 from .metrics.source import BEARER_TOKEN, MetricSource, PrometheusSource, Unreachable
 from .metrics.tenancy import FailingSource, NamespaceConfined, address_allowed, refused
+from .notify.delivery import Notifier
 from .traffic.gateway import HTTPRouteRouter
 from .traffic.router import RouteError, RouteMissing
 from .workloads.revisions import RevisionError, Revisions
@@ -93,6 +95,20 @@ class Deps:
     _closing: set[asyncio.Task[None]] = field(default_factory=set)
     lint_cache: dict[tuple[str, int, tuple[str, ...] | None], list[str]] = field(
         default_factory=dict)
+    #: Where notices go (docs/notifications.md); None: nowhere (tests, the benchmark).
+    notifier: Notifier | None = None
+
+    def notify(self, body: dict[str, Any], spec: InferenceRolloutSpec,
+               old: InferenceRolloutStatus, decision: Decision) -> None:
+        """Hand the decision's notices to the notifier's queue (never awaits, never raises):
+        called once the status that records the decision is written."""
+        if self.notifier is None:
+            return
+        meta, wanted = body["metadata"], spec.notifications
+        self.notifier.offer(
+            meta["namespace"], meta["name"],
+            wanted.secret_ref.name if wanted and wanted.secret_ref else None,
+            wanted.events if wanted else None, notices(old, decision))
 
     def lint_errors(self, body: dict[str, Any], stable_args: tuple[str, ...] | None) -> list[str]:
         """The principle lints' error findings (warnings go to `kubectl inference-rollout lint`),
@@ -194,10 +210,12 @@ async def reconcile(deps: Deps, body: dict[str, Any]) -> float:
         # next reconcile reads `aborted` and finishes moving it; it can never decide anew from
         # the old status (with a new Prometheus answer) and send traffic back to the canary.
         await write_status(deps, body, status, decision.status)
+        deps.notify(body, spec, status, decision)  # now: a failed write below must not lose it
     await apply_actions(deps, body, decision, revisions, router, spec.template,
                         world.template_hash)
     if not decision.rolled_back:
         await write_status(deps, body, status, decision.status)
+        deps.notify(body, spec, status, decision)
     if any(isinstance(a, SetWeights) for a in decision.actions):
         operator_metrics.REGISTRY.observe("inference_rollout_decision_to_write_seconds",
                                    time.monotonic() - decided_at)

@@ -81,6 +81,7 @@ RETRY_REQUESTED_MSG = "retrying revision {canary} from step 1"
 
 # Paused
 PAUSE_REQUESTED = "PauseRequested"
+PAUSE_REQUESTED_MSG = "paused on request; resume to continue"
 ERROR_LIMIT_PAUSE_MSG = (
     "paused: {details} failed to measure {count} times in a row; resume to retry"
 )
