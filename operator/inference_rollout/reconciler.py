@@ -487,6 +487,11 @@ def _export(ns: str, name: str, decision: Decision,
             if metric in measurements and result.verdict:
                 reg.inc("inference_rollout_analysis_verdicts_total", namespace=ns, name=name,
                         metric=metric, verdict=result.verdict)
+    for metric, result in st.analysis.items():  # what the verdicts saw (the release report)
+        for role, value in (("canary", result.value), ("stable", result.stable_value)):
+            if value is not None:
+                reg.set("inference_rollout_analysis_value", value, namespace=ns, name=name,
+                        metric=metric, role=role)
     if decision.rolled_back:
         reg.inc("inference_rollout_rollbacks_total", namespace=ns, name=name,
                 reason=decision.rolled_back)

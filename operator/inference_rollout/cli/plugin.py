@@ -7,6 +7,7 @@ Steering verbs write one-shot requests into ``status.requests`` through the stat
     kubectl inference-rollout watch NAME [--timeout 30m]   (exit 0 Healthy, 1 Degraded, 2 timeout)
     kubectl inference-rollout promote NAME [--full]
     kubectl inference-rollout abort|retry|pause|resume NAME
+    kubectl inference-rollout report NAME [--release REV] [-o release.html]
     kubectl inference-rollout lint -f FILE...      (offline)
     kubectl inference-rollout budget -f FILE       (offline)
 """
@@ -25,6 +26,7 @@ import yaml
 
 from ..api.duration import parse_duration
 from ..kube import Kube, KubeError, load_configuration, ns_path, rollout_path
+from . import report
 from .offline import add_offline_commands
 from .render import render_rollout
 
@@ -59,6 +61,8 @@ def _parser() -> argparse.ArgumentParser:
                        ("pause", "hold the release at its current step"),
                        ("resume", "continue a paused release")):
         with_target(verb, text)
+    report.add_arguments(with_target("report", "write one release as a self-contained HTML "
+                                                 "page: weights, metrics, verdicts, Events"))
     add_offline_commands(sub)
     return p
 
@@ -90,6 +94,9 @@ async def _run(args: argparse.Namespace) -> int:
             return 0
         if args.verb == "watch":
             return await _watch(kube, path, ns, args)
+        if args.verb == "report":
+            print(await report.write_report(kube, ns, args))
+            return 0
         request = "promoteFull" if args.verb == "promote" and args.full else \
             REQUEST_OF_VERB.get(args.verb, "promote")
         await _get(kube, path, ns, args.name)
@@ -101,6 +108,8 @@ async def _run(args: argparse.Namespace) -> int:
         raise CliError(_explain(e, ns, args.name)) from e
     except (OSError, httpx.HTTPError) as e:
         raise CliError(f"no cluster: cannot reach the API server ({e!r})") from e
+    except ValueError as e:  # a bad duration, no such release, a Prometheus that fails
+        raise CliError(str(e)) from e
     finally:
         await kube.close()
 
