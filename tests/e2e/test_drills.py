@@ -164,3 +164,20 @@ def test_dry_run_changes_nothing_and_a_release_in_progress_is_refused(story: Sto
     story.then.weight_reaches(20)
     refused = cli(story, "drill", "pod-kill", "dry")
     assert refused.returncode == 1 and "mid-release" in refused.stderr, refused.stderr
+
+
+def test_prometheus_outage_never_promotes_without_evidence_and_is_undone(
+        story: Story, tmp_path: Path) -> None:
+    stable = story.given.rollout("blackout", steps=[{"weight": 20, "pause": "10s"},
+                                                    {"weight": 100}],
+                                 analysis={"consecutiveErrorLimit": 50})
+    story.given.load()
+    address = story.cluster.rollout(story.ns, "blackout")["spec"]["analysis"]["prometheus"]
+    out = cli(story, "drill", "prometheus-outage", "blackout", "--outage", "25s",
+              "--report", str(tmp_path / "drill"))
+    assert out.returncode == 0, out.stdout + out.stderr
+    report = json.loads((tmp_path / "drill.json").read_text())
+    assert report["verdict"] == "pass" and report["numbers"]["consecutive_errors"] >= 2
+    after = story.cluster.rollout(story.ns, "blackout")
+    assert after["spec"]["analysis"]["prometheus"] == address
+    story.release.wait_healthy(stable, timeout=120)
