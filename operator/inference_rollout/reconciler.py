@@ -27,7 +27,7 @@ from pydantic import ValidationError
 
 from . import operator_metrics
 from .api.duration import parse_duration
-from .api.spec import InferenceRolloutSpec, PodTemplate, TrafficSpec
+from .api.spec import InferenceRolloutSpec, NotificationsSpec, PodTemplate, TrafficSpec
 from .api.status import InferenceRolloutStatus
 from .budget.lint import lint_manifest
 from .core import validation
@@ -98,17 +98,22 @@ class Deps:
     #: Where notices go (docs/notifications.md); None: nowhere (tests, the benchmark).
     notifier: Notifier | None = None
 
-    def notify(self, body: dict[str, Any], spec: InferenceRolloutSpec,
-               old: InferenceRolloutStatus, decision: Decision) -> None:
+    def notify(self, body: dict[str, Any], old: InferenceRolloutStatus,
+               decision: Decision) -> None:
         """Hand the decision's notices to the notifier's queue (never awaits, never raises):
-        called once the status that records the decision is written."""
+        called once the status that records the decision is written.  Only the spec's
+        ``notifications`` are read, so a rollback by :func:`fail_safe` is told too."""
         if self.notifier is None:
             return
-        meta, wanted = body["metadata"], spec.notifications
-        self.notifier.offer(
-            meta["namespace"], meta["name"],
-            wanted.secret_ref.name if wanted and wanted.secret_ref else None,
-            wanted.events if wanted else None, notices(old, decision))
+        try:
+            wanted = NotificationsSpec.model_validate(
+                (body.get("spec") or {}).get("notifications") or {})
+        except ValidationError:
+            wanted = NotificationsSpec()
+        meta = body["metadata"]
+        self.notifier.offer(meta["namespace"], meta["name"],
+                            wanted.secret_ref.name if wanted.secret_ref else None,
+                            wanted.events, notices(old, decision))
 
     def lint_errors(self, body: dict[str, Any], stable_args: tuple[str, ...] | None) -> list[str]:
         """The principle lints' error findings (warnings go to `kubectl inference-rollout lint`),
@@ -210,12 +215,12 @@ async def reconcile(deps: Deps, body: dict[str, Any]) -> float:
         # next reconcile reads `aborted` and finishes moving it; it can never decide anew from
         # the old status (with a new Prometheus answer) and send traffic back to the canary.
         await write_status(deps, body, status, decision.status)
-        deps.notify(body, spec, status, decision)  # now: a failed write below must not lose it
+        deps.notify(body, status, decision)  # now: a failed write below must not lose it
     await apply_actions(deps, body, decision, revisions, router, spec.template,
                         world.template_hash)
     if not decision.rolled_back:
         await write_status(deps, body, status, decision.status)
-        deps.notify(body, spec, status, decision)
+        deps.notify(body, status, decision)
     if any(isinstance(a, SetWeights) for a in decision.actions):
         operator_metrics.REGISTRY.observe("inference_rollout_decision_to_write_seconds",
                                    time.monotonic() - decided_at)
@@ -295,6 +300,8 @@ async def fail_safe(deps: Deps, body: dict[str, Any], error: BaseException) -> b
         status = InferenceRolloutStatus.parse(body.get("status"))
         new = validation.failed_status(status, what, int(meta.get("generation", 0)), deps.now())
         await write_status(deps, body, status, new)
+        deps.notify(body, status, Decision((), new, None, new.abort_reason
+                                           if new.aborted and not status.aborted else None))
         await _traffic_to_stable(deps, body, status, bool(meta.get("deletionTimestamp")))
     except Exception as e:  # the fallback must never raise
         log.error("%s/%s: could not return traffic to stable after %s: %s", meta.get("namespace"),

@@ -167,3 +167,73 @@ def test_a_full_queue_drops_other_notices_to_keep_a_rollback() -> None:
 
     assert asyncio.run(go()) == ["Rollback", "Rollback", "Rollback"]
     assert n.pending() == 3
+
+
+def test_the_default_address_rule_refuses_every_internal_address() -> None:
+    from inference_rollout.addresses import public_host
+
+    async def check(urls: list[str]) -> list[bool]:
+        return [await public_host(u) for u in urls]
+
+    internal = ["http://127.0.0.1:8080/hook", "http://10.1.2.3/", "http://172.16.0.9/",
+                "http://192.168.1.1/", "http://169.254.169.254/latest/meta-data",
+                "http://[::1]/", "http://[fd00::1]/", "http://alertmanager/",
+                "http://hooks.monitoring.svc/", "http://a.b.svc.cluster.local:9093/",
+                "http://localhost:80/", "ftp://203.0.113.1/", "not a url"]
+    assert asyncio.run(check(internal)) == [False] * len(internal)
+    assert asyncio.run(check(["https://1.1.1.1/hook", "http://[2606:4700::1111]/"])) == [
+        True, True]
+
+
+def test_the_reconciler_hook_queues_the_decision_s_notices_for_the_rollout_s_secret() -> None:
+    from tests.unit.test_core_decide import at_step, in_release, steps
+
+    from inference_rollout.reconciler import Deps
+
+    sim, _, new = in_release(strategy=steps((20, "1h"), 100))
+    sim.run_until(at_step(0, 20))
+    sim.advance(10)
+    sim.verdicts = "fail"
+    before = sim.status
+    decision = sim.reconcile()
+    spec = {**sim.body, "notifications": {"secretRef": {"name": "team-hooks"},
+                                          "events": ["Rollback", "Promotion"]}}
+    n = notifier({}, workers=0)
+    deps = Deps(kube=None, post_event=None, notifier=n)  # type: ignore[arg-type]
+    body = {"metadata": {"namespace": "team-a", "name": "chat"}, "spec": spec}
+
+    async def go() -> None:
+        deps.notify(body, before, decision)
+
+    asyncio.run(go())
+    (queued,) = list(n._queue)
+    assert queued.secret == "team-hooks"
+    assert (queued.outgoing.namespace, queued.outgoing.name) == ("team-a", "chat")
+    assert queued.outgoing.notice.kind == "Rollback"
+    assert queued.outgoing.notice.canary_revision == new
+
+
+def test_a_rollback_by_the_fail_safe_is_told_too() -> None:
+    from inference_rollout.api.status import InferenceRolloutStatus
+    from inference_rollout.reconciler import Deps, fail_safe
+
+    class StatusWrites:
+        async def merge_patch(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+            return {"metadata": {"resourceVersion": "2"}, "status": body["status"]}
+
+    n = notifier({}, workers=0)
+    deps = Deps(kube=StatusWrites(), post_event=None, notifier=n)  # type: ignore[arg-type]
+    in_flight = InferenceRolloutStatus(stable_revision="aaa111", canary_revision="bbb222",
+                                       canary_weight=20, current_step=0)
+    body = {"metadata": {"namespace": "ns", "name": "r", "resourceVersion": "1"},
+            "spec": {"notifications": {"events": ["Rollback"]}}, "status": in_flight.to_body()}
+
+    async def go() -> None:
+        await fail_safe(deps, body, RuntimeError("boom"))
+
+    asyncio.run(go())  # the route cannot be read here (no spec.traffic): logged, not raised
+    (queued,) = list(n._queue)
+    notice = queued.outgoing.notice
+    assert (notice.kind, notice.reason, notice.rolled_back) == ("Rollback", "ReconcileFailed",
+                                                                 True)
+    assert "RuntimeError: boom" in notice.message and notice.canary_revision == "bbb222"

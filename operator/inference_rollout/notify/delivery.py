@@ -80,6 +80,7 @@ class Notifier:
     _ready: asyncio.Event = field(default_factory=asyncio.Event)
     _workers: list[asyncio.Task[None]] = field(default_factory=list)
     _client: httpx.AsyncClient | None = None
+    _sending: int = 0  # notices taken off the queue and not yet delivered (or given up)
 
     def offer(self, namespace: str, name: str, secret: str | None,
               events: Sequence[str] | None, notices: Sequence[Notice]) -> None:
@@ -120,19 +121,23 @@ class Notifier:
                 self._ready.clear()
                 await self._ready.wait()
             item = self._queue.popleft()
+            self._sending += 1
             try:
                 await self.deliver(item.outgoing, item.secret)
             except Exception:  # a worker must outlive any one notice
                 log.exception("notification for %s/%s failed", item.outgoing.namespace,
                               item.outgoing.name)
+            finally:
+                self._sending -= 1
 
     def pending(self) -> int:
-        return len(self._queue)
+        """Notices queued or being sent."""
+        return len(self._queue) + self._sending
 
     async def aclose(self, drain_seconds: float = 0.0) -> None:
         """Stop the workers, after giving queued notices up to ``drain_seconds`` to go out."""
         deadline = asyncio.get_running_loop().time() + drain_seconds
-        while self._queue and self._workers and asyncio.get_running_loop().time() < deadline:
+        while self.pending() and self._workers and asyncio.get_running_loop().time() < deadline:
             await asyncio.sleep(0.1)
         for w in self._workers:
             w.cancel()
