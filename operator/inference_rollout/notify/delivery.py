@@ -85,6 +85,8 @@ class Notifier:
     def offer(self, namespace: str, name: str, secret: str | None,
               events: Sequence[str] | None, notices: Sequence[Notice]) -> None:
         """Queue the notices the rollout wants; returns at once (called inside a reconcile)."""
+        if secret is None and self.settings.namespace_secret is None:
+            return  # nowhere to send them: the operator runs without notifications
         for notice in notices:
             if events is not None and notice.kind not in events:
                 continue
