@@ -181,3 +181,38 @@ def test_prometheus_outage_never_promotes_without_evidence_and_is_undone(
     after = story.cluster.rollout(story.ns, "blackout")
     assert after["spec"]["analysis"]["prometheus"] == address
     story.release.wait_healthy(stable, timeout=120)
+
+
+def test_an_abort_from_another_terminal_or_the_time_bound_undoes_the_drill(
+        story: Story, tmp_path: Path) -> None:
+    stable = story.given.rollout("held", steps=[{"weight": 20, "pause": "1h"}, {"weight": 100}])
+    story.given.load()
+    before = story.cluster.rollout(story.ns, "held")["spec"]["template"]
+    slow = f"{SIM_ANNOTATION}ttft-ms=400"  # not caught: the canary holds 20% for an hour
+    drill = subprocess.Popen(
+        [sys.executable, "-m", "inference_rollout.cli.plugin", "drill", "canary-fault", "held",
+         "-n", story.ns, "--annotation", slow, "--report", str(tmp_path / "first")],
+        env={**os.environ, **story.env, "PYTHONPATH": f"{REPO / 'operator'}:{REPO}"},
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        story.then.weight_reaches(20, 90)
+        again = cli(story, "drill", "pod-kill", "held", "--force")
+        assert again.returncode == 1 and "another drill is running" in again.stderr
+        aborted = cli(story, "drill", "abort", "held")
+        assert aborted.returncode == 0 and "drill aborted and undone" in aborted.stdout
+        out, _ = drill.communicate(timeout=60)
+    finally:
+        drill.kill()
+    assert drill.returncode == 1, out
+    first = json.loads((tmp_path / "first.json").read_text())
+    assert (first["verdict"], first["aborted"]) == ("aborted", "aborted with `drill abort`")
+    story.release.wait_healthy(stable, timeout=120)
+    assert story.cluster.rollout(story.ns, "held")["spec"]["template"] == before
+
+    out2 = cli(story, "drill", "canary-fault", "held", "--annotation", slow, "--max-duration",
+               "20s", "--report", str(tmp_path / "second"))
+    assert out2.returncode == 1, out2.stdout + out2.stderr
+    second = json.loads((tmp_path / "second.json").read_text())
+    assert (second["verdict"], second["aborted"]) == ("aborted", "max duration 20s reached")
+    story.release.wait_healthy(stable, timeout=120)
+    assert story.cluster.rollout(story.ns, "held")["spec"]["template"] == before

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import uuid
 from datetime import UTC, datetime
 from typing import Any
 
@@ -111,8 +112,9 @@ async def run(kube: Kube, ns: str, args: argparse.Namespace) -> int:
         record.aborted = "interrupted"
     except DrillAborted as e:
         record.aborted = str(e)
-    finally:
-        if await asyncio.shield(undo(kube, path)):
+    finally:  # only this drill's own change: a refused drill must not undo a running one
+        if record.drill_id is not None and await asyncio.shield(
+                undo(kube, path, record.drill_id)):
             record.note("undone: the rollout's spec is as before the drill")
     prefix = args.report or (f"drill-{args.kind}-{args.name}-"
                              f"{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}")
@@ -127,27 +129,30 @@ class DrillAborted(Exception):
     """``drill abort`` removed the drill's annotation while the drill ran."""
 
 
-async def begin(kube: Kube, path: str, kind: str, undo_ops: list[dict[str, Any]],
+async def begin(kube: Kube, path: str, record: DrillRecord, undo_ops: list[dict[str, Any]],
                 change: list[dict[str, Any]]) -> None:
     """Mark the rollout as drilled, with what undoes the drill, and make the drill's change --
     one JSON patch, so there is never a change without its undo recorded.  Refused when another
-    drill's mark is there."""
+    drill's mark is there.  The mark's id goes into ``record``: only its owner undoes it."""
     body = await kube.get(path)
     annotations = body["metadata"].get("annotations") or {}
     if ANN_DRILL in annotations:
         raise Refused(f"another drill is running on this rollout ({annotations[ANN_DRILL]}); "
                       "wait for it, or undo it with `kubectl inference-rollout drill abort NAME`")
+    drill_id = uuid.uuid4().hex
     marks = [{"op": "add", "path": "/metadata/annotations", "value": {}}] if not annotations \
         else []
     marks += [
         {"op": "add", "path": f"/metadata/annotations/{_escape(ANN_DRILL)}",
-         "value": json.dumps({"kind": kind, "startedAt": datetime.now(UTC).isoformat()})},
+         "value": json.dumps({"kind": record.kind, "id": drill_id,
+                              "startedAt": datetime.now(UTC).isoformat()})},
         {"op": "add", "path": f"/metadata/annotations/{_escape(ANN_UNDO)}",
          "value": json.dumps(undo_ops)},
     ]
     await kube.request("PATCH", path, [{"op": "test", "path": "/metadata/resourceVersion",
                                         "value": body["metadata"]["resourceVersion"]},
                                        *marks, *change], "application/json-patch+json")
+    record.drill_id = drill_id
 
 
 async def still_running(kube: Kube, path: str) -> None:
@@ -157,13 +162,15 @@ async def still_running(kube: Kube, path: str) -> None:
         raise DrillAborted("aborted with `drill abort`")
 
 
-async def undo(kube: Kube, path: str) -> bool:
+async def undo(kube: Kube, path: str, drill_id: str | None = None) -> bool:
     """Apply the recorded undo and drop the marks, atomically (a JSON patch that tests the marks
-    are still there, so two undos never both apply).  False when there was nothing to undo."""
+    are still there, so two undos never both apply).  With ``drill_id``, only that drill's.
+    False when there was nothing to undo."""
     for _attempt in range(5):
         body = await kube.get(path)
         annotations = body["metadata"].get("annotations") or {}
-        if ANN_UNDO not in annotations:
+        if ANN_UNDO not in annotations or (
+                drill_id is not None and _mark_id(annotations.get(ANN_DRILL)) != drill_id):
             return False
         ops = [{"op": "test", "path": f"/metadata/annotations/{_escape(ANN_UNDO)}",
                 "value": annotations[ANN_UNDO]},
@@ -177,6 +184,13 @@ async def undo(kube: Kube, path: str) -> bool:
             if e.status not in (409, 422):  # a concurrent write: read again
                 raise
     raise KubeError(409, "PATCH", path, "the drill's undo kept conflicting; run drill abort")
+
+
+def _mark_id(mark: str | None) -> str | None:
+    try:
+        return str(json.loads(mark or "{}").get("id"))
+    except (ValueError, AttributeError):
+        return None
 
 
 def _escape(key: str) -> str:

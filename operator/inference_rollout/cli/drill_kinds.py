@@ -142,7 +142,7 @@ class Drills:
 
         async def act(record: DrillRecord) -> None:
             await self.check_on_stable(record, "before")
-            await begin(self.kube, self.path, "canary-fault",
+            await begin(self.kube, self.path, record,
                         [{"op": "replace", "path": "/spec/template", "value": template}],
                         [{"op": "replace", "path": "/spec/template", "value": faulty}])
             record.note(f"faulty release started ({fault})")
@@ -221,7 +221,7 @@ class Drills:
             victims = random.sample(pods, self.args.count)
             probe = Probe(self.args) if self.args.probe_url else None
             probing = asyncio.create_task(probe.run()) if probe else None
-            await begin(self.kube, self.path, "pod-kill", [], [])
+            await begin(self.kube, self.path, record, [], [])
             try:
                 await asyncio.sleep(3 if probe else 0)  # a baseline before the kill
                 for pod in victims:
@@ -289,7 +289,7 @@ class Drills:
                     {"op": "replace", "path": "/spec/template", "value": template}]
 
         async def act(record: DrillRecord) -> None:
-            await begin(self.kube, self.path, "prometheus-outage", undo_ops,
+            await begin(self.kube, self.path, record, undo_ops,
                         [{"op": "replace", "path": "/spec/template", "value": harmless}])
             first = await self.follow_release(record, stop_on_first_traffic=True)
             await self.kube.request("PATCH", self.path, [

@@ -31,6 +31,7 @@ class DrillRecord:
     checks: list[Check] = field(default_factory=list)
     numbers: dict[str, float | int | str] = field(default_factory=dict)
     aborted: str | None = None  # why the drill stopped early (max duration, interrupted, ...)
+    drill_id: str | None = None  # the id of the drill's mark on the rollout, once it is there
     _t0: float = field(default_factory=time.monotonic, repr=False)
 
     def note(self, text: str) -> None:
@@ -52,7 +53,8 @@ class DrillRecord:
         return "pass" if self.checks and all(c.passed for c in self.checks) else "fail"
 
     def to_dict(self) -> dict[str, Any]:
-        out = {k: v for k, v in asdict(self).items() if not k.startswith("_")}
+        out = {k: v for k, v in asdict(self).items() if not k.startswith("_")
+               and k != "drill_id"}
         out["verdict"] = self.verdict
         out["timeline"] = [{"t": t, "event": e} for t, e in self.timeline]
         return out
