@@ -13,8 +13,11 @@ step() { printf '\n=== %s (%ds)\n' "$1" "$SECONDS"; }
 
 step "python environment and tools"
 make -s venv
-if ! command -v shellcheck >/dev/null; then   # the kind script is checked, not run (no Docker)
-  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq shellcheck
+missing=()
+command -v shellcheck >/dev/null || missing+=(shellcheck)  # the kind script is checked, not run
+command -v chromium >/dev/null || missing+=(chromium)  # renders the release report (integration)
+if [ "${#missing[@]}" -gt 0 ]; then
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"
 fi
 
 step "static checks: ruff, mypy (strict on core/api/budget), layering contracts"

@@ -4,6 +4,7 @@
                                [--log-format plain|json] [--liveness-port 8080]
                                [--metrics-port 8081] [--kubeconfig PATH]
                                [--prometheus-allow URL]... [--confine-queries]
+                               [--notify-allow URL]... [--notify-secret NAME]
     inference-rollout crd
 """
 
@@ -40,6 +41,14 @@ def _parser() -> argparse.ArgumentParser:
     tenancy.add_argument("--confine-queries", action="store_true",
                          help="add namespace=\"<the rollout's namespace>\" to every selector of "
                               "every query (a conflicting namespace matcher is an error)")
+    notify = op.add_argument_group("notifications (docs/notifications.md)")
+    notify.add_argument("--notify-allow", action="append", default=[], metavar="URL",
+                        help="a webhook base URL notifications may go to (repeatable); default: "
+                             "any public address (never loopback, private or link-local ones)")
+    notify.add_argument("--notify-secret", default="", metavar="NAME",
+                        help="the Secret in each namespace that names its webhooks, for rollouts "
+                             "without spec.notifications.secretRef (conventionally "
+                             "inference-rollout-notifications; default: none)")
     sub.add_parser("crd", help="print the CustomResourceDefinition YAML")
     return p
 
@@ -48,6 +57,7 @@ def run_operator(args: argparse.Namespace) -> int:
     import kopf
 
     from . import handlers
+    from .notify.delivery import Settings
 
     if args.kubeconfig:  # refused here, not in a traceback from kopf's login or startup
         from kubernetes.config import ConfigException
@@ -63,6 +73,8 @@ def run_operator(args: argparse.Namespace) -> int:
     handlers.Runtime.prometheus_allow = tuple(args.prometheus_allow)
     handlers.Runtime.confine_queries = bool(args.confine_queries)
     handlers.Runtime.clusterwide = bool(args.all_namespaces)
+    handlers.Runtime.notify = Settings(allow=tuple(args.notify_allow),
+                                       namespace_secret=args.notify_secret or None)
     fmt = kopf.LogFormat.JSON if args.log_format == "json" else kopf.LogFormat.PLAIN
     kopf.configure(verbose=args.verbose, log_format=fmt)
     asyncio.run(kopf.operator(
@@ -84,6 +96,10 @@ def main(argv: list[str] | None = None) -> int:
         if bad:
             parser.error(f"--prometheus-allow {bad[0]!r}: not a base URL; write e.g. "
                          "http://prometheus.monitoring:9090 (no query or fragment)")
+        bad = check_allow_list(args.notify_allow)
+        if bad:
+            parser.error(f"--notify-allow {bad[0]!r}: not a base URL; write e.g. "
+                         "https://hooks.slack.com/services (no query or fragment)")
         return run_operator(args)
     from .api.crd import render
 

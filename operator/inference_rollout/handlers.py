@@ -27,6 +27,7 @@ from . import deletion_watchdog, operator_metrics
 from .api import GROUP, PLURAL, VERSION
 from .core.types import RecordEvent
 from .kube import Kube, load_configuration, rollout_path
+from .notify.delivery import Notifier, Settings
 from .reconciler import EXPECTED_ERRORS, Deps, fail_safe, reconcile, release_before_deletion
 
 log = logging.getLogger("inference_rollout")
@@ -54,6 +55,7 @@ class Runtime:
     prometheus_allow: tuple[str, ...] = ()  # --prometheus-allow (docs/security.md)
     confine_queries: bool = False  # --confine-queries (docs/security.md)
     clusterwide: bool = True  # --all-namespaces; else the deletion watchdog runs
+    notify: Settings = Settings()  # --notify-allow, --notify-secret (docs/notifications.md)
     #: Namespaces whose rollouts this process has served (the deletion watchdog's scope).
     served_namespaces: ClassVar[set[str]] = set()
     watchdog: asyncio.Task[None] | None = None
@@ -117,10 +119,12 @@ def _connection_info(cfg: Configuration, settings: kopf.OperatorSettings) -> kop
 @kopf.on.startup()
 async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
     configure(settings)
-    Runtime.deps = Deps(kube=Kube(load_configuration(Runtime.kubeconfig)), post_event=_post_event,
+    kube = Kube(load_configuration(Runtime.kubeconfig))
+    Runtime.deps = Deps(kube=kube, post_event=_post_event,
                         service_proxy=Runtime.service_proxy,
                         prometheus_allow=Runtime.prometheus_allow,
-                        confine_queries=Runtime.confine_queries)
+                        confine_queries=Runtime.confine_queries,
+                        notifier=Notifier(kube, Runtime.notify))
     app = web.Application()
     app.router.add_get("/metrics", _metrics)
     runner = web.AppRunner(app, access_log=None)  # a scrape every few seconds is not news
@@ -142,6 +146,8 @@ async def _release_before_deletion(body: dict[str, Any]) -> None:
 async def cleanup(**_: Any) -> None:
     if Runtime.watchdog is not None:
         Runtime.watchdog.cancel()
+    if Runtime.deps is not None and Runtime.deps.notifier is not None:
+        await Runtime.deps.notifier.aclose(drain_seconds=5.0)
 
 
 async def _metrics(_request: web.Request) -> web.Response:

@@ -6,6 +6,7 @@ dependency: the operator exports a handful of series, and alerts read them.
 * ``inference_rollout_info{namespace,name,phase}`` 1 per rollout (phase as a label, for alerts)
 * ``inference_rollout_step`` / ``inference_rollout_canary_weight`` per rollout
 * ``inference_rollout_analysis_verdicts_total{namespace,name,metric,verdict}``
+* ``inference_rollout_analysis_value{namespace,name,metric,role}`` the latest measured value
 * ``inference_rollout_rollbacks_total{namespace,name,reason}``
 * ``inference_rollout_evaluation_runs_total{namespace,name,verdict}`` and
   ``inference_rollout_evaluation_score{namespace,name,revision,role}`` (the business gate)

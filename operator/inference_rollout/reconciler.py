@@ -26,12 +26,13 @@ from typing import Any
 from pydantic import ValidationError
 
 from . import operator_metrics
-from .api.spec import InferenceRolloutSpec, PodTemplate, TrafficSpec
+from .api.spec import InferenceRolloutSpec, NotificationsSpec, PodTemplate, TrafficSpec
 from .api.status import InferenceRolloutStatus
 from .budget.lint import lint_manifest
 from .core import validation
 from .core.decide import IDLE_SECONDS, analysis_due, decide
 from .core.evaluation_gate import evaluation_due
+from .core.notices import notices
 from .core.revision import template_hash
 from .core.timeutil import from_iso
 from .core.types import (
@@ -54,6 +55,7 @@ from .kube import Kube, KubeError, ns_path, rollout_path
 from .metrics.measure import measure
 from .metrics.source import BEARER_TOKEN, MetricSource, PrometheusSource, Unreachable
 from .metrics.tenancy import FailingSource, NamespaceConfined, address_allowed, refused
+from .notify.delivery import Notifier
 from .traffic.gateway import HTTPRouteRouter
 from .traffic.router import RouteError, RouteMissing, RouteState
 from .workloads.revisions import RevisionError, Revisions
@@ -93,6 +95,25 @@ class Deps:
     _closing: set[asyncio.Task[None]] = field(default_factory=set)
     lint_cache: dict[tuple[str, int, tuple[str, ...] | None], list[str]] = field(
         default_factory=dict)
+    #: Where notices go (docs/notifications.md); None: nowhere (tests, the benchmark).
+    notifier: Notifier | None = None
+
+    def notify(self, body: dict[str, Any], old: InferenceRolloutStatus,
+               decision: Decision) -> None:
+        """Hand the decision's notices to the notifier's queue (never awaits, never raises):
+        called once the status that records the decision is written.  Only the spec's
+        ``notifications`` are read, so a rollback by :func:`fail_safe` is told too."""
+        if self.notifier is None:
+            return
+        try:
+            wanted = NotificationsSpec.model_validate(
+                (body.get("spec") or {}).get("notifications") or {})
+        except ValidationError:
+            wanted = NotificationsSpec()
+        meta = body["metadata"]
+        self.notifier.offer(meta["namespace"], meta["name"],
+                            wanted.secret_ref.name if wanted.secret_ref else None,
+                            wanted.events, notices(old, decision))
 
     def lint_errors(self, body: dict[str, Any], stable_args: tuple[str, ...] | None) -> list[str]:
         """The principle lints' error findings (warnings go to `kubectl inference-rollout lint`),
@@ -195,10 +216,12 @@ async def reconcile(deps: Deps, body: dict[str, Any]) -> float:
         # next reconcile reads `aborted` and finishes moving it; it can never decide anew from
         # the old status (with a new Prometheus answer) and send traffic back to the canary.
         await write_status(deps, body, status, decision.status)
+        deps.notify(body, status, decision)  # now: a failed write below must not lose it
     await apply_actions(deps, body, decision, revisions, router, spec.template,
                         world.template_hash)
     if not decision.rolled_back:
         await write_status(deps, body, status, decision.status)
+        deps.notify(body, status, decision)
     if any(isinstance(a, SetWeights) for a in decision.actions):
         operator_metrics.REGISTRY.observe("inference_rollout_decision_to_write_seconds",
                                    time.monotonic() - decided_at)
@@ -283,6 +306,8 @@ async def fail_safe(deps: Deps, body: dict[str, Any], error: BaseException) -> b
         status = InferenceRolloutStatus.parse(body.get("status"))
         new = validation.failed_status(status, what, int(meta.get("generation", 0)), deps.now())
         await write_status(deps, body, status, new)
+        deps.notify(body, status, Decision((), new, None, new.abort_reason
+                                           if new.aborted and not status.aborted else None))
         await _traffic_to_stable(deps, body, status, bool(meta.get("deletionTimestamp")))
     except Exception as e:  # the fallback must never raise
         log.error("%s/%s: could not return traffic to stable after %s: %s", meta.get("namespace"),
@@ -479,6 +504,11 @@ def _export(ns: str, name: str, decision: Decision,
             if metric in measurements and result.verdict:
                 reg.inc("inference_rollout_analysis_verdicts_total", namespace=ns, name=name,
                         metric=metric, verdict=result.verdict)
+    for metric, result in st.analysis.items():  # what the verdicts saw (the release report)
+        for role, value in (("canary", result.value), ("stable", result.stable_value)):
+            if value is not None:
+                reg.set("inference_rollout_analysis_value", value, namespace=ns, name=name,
+                        metric=metric, role=role)
     if decision.rolled_back:
         reg.inc("inference_rollout_rollbacks_total", namespace=ns, name=name,
                 reason=decision.rolled_back)

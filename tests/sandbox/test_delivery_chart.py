@@ -248,6 +248,21 @@ def test_tenancy_settings_become_operator_flags() -> None:
         "--prometheus-allow", "https://thanos.example.com/tenant-a", "--confine-queries"]
 
 
+def test_notification_settings_become_flags_and_grant_exactly_their_secrets() -> None:
+    args = deployment(render())["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--notify-secret" not in args and "--notify-allow" not in args  # off by default
+    docs = render("notifications.namespaceSecret=inference-rollout-notifications",
+                  "notifications.secretNames={chat-oncall}",
+                  "notifications.allow={https://hooks.slack.com/services}")
+    args = deployment(docs)["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[args.index("--metrics-port") + 2:] == [
+        "--notify-secret", "inference-rollout-notifications",
+        "--notify-allow", "https://hooks.slack.com/services"]
+    (rule,) = [r for r in all_rules(docs) if "secrets" in r["resources"]]
+    assert rule == {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"],
+                    "resourceNames": ["inference-rollout-notifications", "chat-oncall"]}
+
+
 def test_metrics_service_and_optional_service_monitor() -> None:
     docs = render()
     (svc,) = of_kind(docs, "Service")

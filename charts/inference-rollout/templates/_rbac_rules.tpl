@@ -96,6 +96,16 @@ namespace in namespaces mode). */}}
   resourceNames: [{{ .Values.prometheus.bearerTokenSecret | quote }}]
   verbs: ["get"]
 {{- end }}
+{{- $notify := compact (concat (list .Values.notifications.namespaceSecret) .Values.notifications.secretNames) }}
+{{- if $notify }}
+# The notification Secrets, by name (values: notifications.namespaceSecret, .secretNames).
+#   get    - the webhook URLs (keys webhookURL, slackURL), read when a notice is sent (a
+#            rollback, promotion, pause, limit); never listed or watched.
+- apiGroups: [""]
+  resources: ["secrets"]
+  resourceNames: [{{ range $i, $n := $notify }}{{ if $i }}, {{ end }}{{ $n | quote }}{{ end }}]
+  verbs: ["get"]
+{{- end }}
 {{- end -}}
 
 {{/* kopf's cluster-scoped scanning (rbac.kopfScanning). */}}

@@ -114,6 +114,7 @@ ROUTE_NOT_ACCEPTED_MSG = (
 
 # Paused
 PAUSE_REQUESTED = "PauseRequested"
+PAUSE_REQUESTED_MSG = "paused on request; resume to continue"
 ERROR_LIMIT_PAUSE_MSG = (
     "paused: {details} failed to measure {count} times in a row; resume to retry"
 )

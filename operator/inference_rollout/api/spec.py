@@ -603,6 +603,27 @@ class EvaluationSpec(Model):
         return self
 
 
+# --- notifications (docs/notifications.md) -----------------------------------------------------
+
+NotificationEvent = Literal["Rollback", "Promotion", "Pause", "InconclusiveLimit",
+                            "ProgressDeadline", "Drill"]
+
+
+class SecretRef(Model):
+    name: str = Field(min_length=1, max_length=253)
+
+
+class NotificationsSpec(Model):
+    """Where to tell people about this rollout's releases.  The endpoints live in a Secret (a
+    Slack webhook URL is a credential), never in the spec."""
+
+    secret_ref: SecretRef | None = Field(
+        None, description="A Secret in the rollout's namespace with keys webhookURL and/or "
+                          "slackURL; default: the namespace's notification Secret.")
+    events: list[NotificationEvent] | None = Field(
+        None, max_length=6, description="Only these kinds of notice (default: all).")
+
+
 # --- the whole spec -------------------------------------------------------------------------------
 
 
@@ -616,6 +637,7 @@ class InferenceRolloutSpec(Model):
     strategy: StrategySpec = Field(default_factory=StrategySpec)
     analysis: AnalysisSpec = Field(default_factory=AnalysisSpec)
     evaluation: EvaluationSpec | None = None
+    notifications: NotificationsSpec | None = None
 
     @model_validator(mode="after")
     def _pod_counts_fit_int32(self) -> InferenceRolloutSpec:

@@ -7,6 +7,8 @@ Steering verbs write one-shot requests into ``status.requests`` through the stat
     kubectl inference-rollout watch NAME [--timeout 30m]   (exit 0 Healthy, 1 Degraded, 2 timeout)
     kubectl inference-rollout promote NAME [--full]
     kubectl inference-rollout abort|retry|pause|resume NAME
+    kubectl inference-rollout report NAME [--release REV] [-o release.html]
+    kubectl inference-rollout drill pod-kill|canary-fault|prometheus-outage|abort NAME [--dry-run]
     kubectl inference-rollout lint -f FILE...      (offline)
     kubectl inference-rollout budget -f FILE       (offline)
 """
@@ -25,6 +27,7 @@ import yaml
 
 from ..api.duration import parse_duration
 from ..kube import Kube, KubeError, load_configuration, ns_path, rollout_path
+from . import drill, report
 from .offline import add_offline_commands
 from .render import render_rollout
 
@@ -59,6 +62,10 @@ def _parser() -> argparse.ArgumentParser:
                        ("pause", "hold the release at its current step"),
                        ("resume", "continue a paused release")):
         with_target(verb, text)
+    report.add_arguments(with_target("report", "write one release as a self-contained HTML "
+                                                 "page: weights, metrics, verdicts, Events"))
+    drill.add_arguments(sub.add_parser("drill", help="a planned, bounded failure drill with "
+                                                     "a report (docs/drills.md)"))
     add_offline_commands(sub)
     return p
 
@@ -90,6 +97,11 @@ async def _run(args: argparse.Namespace) -> int:
             return 0
         if args.verb == "watch":
             return await _watch(kube, path, ns, args)
+        if args.verb == "drill":
+            return await drill.run(kube, ns, args)
+        if args.verb == "report":
+            print(await report.write_report(kube, ns, args))
+            return 0
         request = "promoteFull" if args.verb == "promote" and args.full else \
             REQUEST_OF_VERB.get(args.verb, "promote")
         await _get(kube, path, ns, args.name)
@@ -101,6 +113,8 @@ async def _run(args: argparse.Namespace) -> int:
         raise CliError(_explain(e, ns, args.name)) from e
     except (OSError, httpx.HTTPError) as e:
         raise CliError(f"no cluster: cannot reach the API server ({e!r})") from e
+    except (ValueError, drill.Refused) as e:  # bad input, no such release, a drill refused
+        raise CliError(str(e)) from e
     finally:
         await kube.close()
 

@@ -12,49 +12,17 @@ Two operator settings, both off by default (a single-team cluster needs neither)
 An allow-list entry is a base URL: scheme, host and port must be equal (the default port of the
 scheme when none is written) and the address's path must be the entry's path or below it, on a
 ``/`` boundary.  URLs are compared parsed, never as string prefixes, so the entry
-``http://prometheus`` does not allow ``http://prometheus.evil.example``.
+``http://prometheus`` does not allow ``http://prometheus.evil.example``.  The comparison lives in
+:mod:`inference_rollout.addresses`, shared with the notifications' ``--notify-allow``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from urllib.parse import urlsplit
-
+from ..addresses import address_allowed as address_allowed  # re-exported: the reconciler
+from ..addresses import check_allow_list as check_allow_list  # and __main__ import them here
 from ..bounded_http import sanitize
 from .confine import ConfinementError, confine
 from .source import BadQuery, MetricQueryError, MetricSource
-
-_DEFAULT_PORTS = {"http": 80, "https": 443}
-
-
-def _parts(url: str) -> tuple[str, str, int | None, str] | None:
-    """(scheme, host, port, path ending in '/'), or None for what is not an http(s) URL."""
-    try:
-        u = urlsplit(url.strip())
-        port = u.port or _DEFAULT_PORTS.get(u.scheme.lower())
-    except ValueError:
-        return None
-    if u.scheme.lower() not in _DEFAULT_PORTS or not u.hostname or u.query or u.fragment:
-        return None
-    path = u.path if u.path.endswith("/") else u.path + "/"
-    return u.scheme.lower(), u.hostname.lower(), port, path
-
-
-def check_allow_list(entries: Sequence[str]) -> list[str]:
-    """The entries that are not base URLs (the operator refuses to start with them)."""
-    return [e for e in entries if _parts(e) is None]
-
-
-def address_allowed(address: str, allowed: Sequence[str]) -> bool:
-    """Whether ``address`` is one of ``allowed`` or below one of them (see the module doc)."""
-    target = _parts(address)
-    if target is None:
-        return False
-    for entry in allowed:
-        base = _parts(entry)
-        if base is not None and base[:3] == target[:3] and target[3].startswith(base[3]):
-            return True
-    return False
 
 
 class FailingSource:

@@ -1,0 +1,126 @@
+"""The release report as one self-contained HTML page: plots drawn by matplotlib as inline SVG,
+tables of verdicts, Events and steering, and how the release ended.  No script, no external
+file: the page can be mailed, attached to a postmortem or opened offline."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable
+from datetime import datetime
+from html import escape
+from typing import Any
+
+from .release_data import MetricSeries, Point, Release
+
+#: matplotlib's Axes; its stubs do not accept datetimes as x values, which it plots natively.
+Axes = Any
+
+CSS = """
+body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1100px;color:#222}
+h1{font-size:1.5em}h2{font-size:1.15em;margin-top:2em;border-bottom:1px solid #ddd}
+table{border-collapse:collapse;width:100%;font-size:.9em}
+td,th{border:1px solid #ddd;padding:4px 8px;text-align:left;vertical-align:top}
+th{background:#f4f4f4}.Warning{color:#b00}.outcome{font-size:1.1em;font-weight:bold}
+.Pass{color:#070}.Fail{color:#b00}.note{color:#666;font-size:.85em}
+"""
+
+
+def _svg(draw: Callable[[Axes], None], height: float = 3.0) -> str:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.dates as mdates
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(10, height))
+    draw(ax)
+    ax.xaxis.set_major_formatter(mdates.DateFormatter("%H:%M:%S"))  # type: ignore[no-untyped-call]
+    ax.grid(True, alpha=0.3)
+    fig.autofmt_xdate()
+    buf = io.StringIO()
+    fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})
+    plt.close(fig)
+    text = buf.getvalue()
+    return text[text.index("<svg"):]  # drop the XML prolog: inline SVG
+
+
+def _xy(points: list[Point]) -> tuple[list[datetime], list[float]]:
+    return [t for t, _ in points], [v for _, v in points]
+
+
+def weights_plot(rel: Release) -> str:
+    def draw(ax: Axes) -> None:
+        xs, ys = _xy(rel.weights)
+        ax.step(xs, ys, where="post", color="#1f77b4", label="canary weight %")
+        for e in rel.events:
+            if e.type == "Warning":
+                ax.axvline(e.at, color="#b00", alpha=0.4, linestyle=":")
+        ax.set_ylim(-5, 105)
+        ax.set_ylabel("% of traffic to canary")
+        ax.set_title(f"Traffic weights ({rel.weights_source})")
+        ax.legend(loc="upper left")
+    return _svg(draw)
+
+
+def metric_plot(s: MetricSeries) -> str:
+    def draw(ax: Axes) -> None:
+        m = s.spec
+        if s.canary:
+            ax.plot(*_xy(s.canary), marker=".", color="#d62728", label="canary")
+        if s.stable:
+            ax.plot(*_xy(s.stable), marker=".", color="#2ca02c", label="stable")
+            for ratio, label in ((m.max_ratio_to_stable, "max"), (m.min_ratio_to_stable, "min")):
+                if ratio:
+                    xs, ys = _xy(s.stable)
+                    ax.plot(xs, [v * ratio for v in ys], linestyle="--", color="#ff7f0e",
+                            label=f"{label}: {ratio:g}× stable")
+        for limit, label in ((m.max, "max"), (m.min, "min")):
+            if limit is not None:
+                ax.axhline(limit, linestyle="--", color="#ff7f0e", label=f"{label} {limit:g}")
+        ax.set_title(f"{m.name} (threshold {s.threshold}; {s.source})")
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(loc="upper left")
+        else:
+            ax.text(0.5, 0.5, "no values recorded", transform=ax.transAxes, ha="center")
+    return _svg(draw, 2.6)
+
+
+def _table(header: list[str], rows: list[list[str]], classes: list[str] | None = None) -> str:
+    head = "".join(f"<th>{escape(h)}</th>" for h in header)
+    body = "".join(
+        f"<tr class=\"{escape(classes[i]) if classes else ''}\">"
+        + "".join(f"<td>{escape(c)}</td>" for c in row) + "</tr>"
+        for i, row in enumerate(rows))
+    return f"<table><tr>{head}</tr>{body}</table>"
+
+
+def render(rel: Release) -> str:
+    t = "%Y-%m-%d %H:%M:%S UTC"
+    title = f"Release {rel.revision or '?'} of {rel.namespace}/{rel.name}"
+    verdicts = [[s.spec.name, s.threshold, f"{s.canary[-1][1]:g}" if s.canary else "-",
+                 f"{s.stable[-1][1]:g}" if s.stable else "-", s.verdict or "-"]
+                for s in rel.metrics]
+    events = [[e.at.strftime("%H:%M:%S"), e.type, e.reason, e.message] for e in rel.events]
+    steering = [[e.at.strftime("%H:%M:%S"), e.reason, e.message] for e in rel.steering]
+    plots = "".join(f"<figure>{metric_plot(s)}</figure>" for s in rel.metrics) or \
+        "<p class=note>No analysis metrics in the spec.</p>"
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>{escape(title)}</title>
+<style>{CSS}</style></head><body>
+<h1>{escape(title)}</h1>
+<p class="outcome" id="outcome">Outcome: {escape(rel.outcome)}</p>
+<p>Replacing {escape(rel.replaced or '-')} · from {rel.start.strftime(t)} to {rel.end.strftime(t)}
+· phase now {escape(str(rel.status.get('phase')))}: {escape(str(rel.status.get('message')))}</p>
+<h2>Traffic</h2><figure id="weights">{weights_plot(rel)}</figure>
+<h2>Metrics against their thresholds</h2>{plots}
+<h2>Verdicts</h2>{_table(["metric", "threshold", "last canary", "last stable", "verdict"],
+                          verdicts, [row[-1] for row in verdicts])}
+<h2>Steering</h2>{_table(["time", "request", "message"], steering) if steering else
+                   "<p class=note>No steering requests in this release.</p>"}
+<h2>Events</h2>{_table(["time", "type", "reason", "message"], events,
+                        [e.type for e in rel.events])}
+<p class="note">Generated by kubectl inference-rollout report. Weights and metric values are
+the operator's own series (inference_rollout_canary_weight, inference_rollout_analysis_value)
+when Prometheus has them, else read from the Events.</p>
+</body></html>
+"""
