@@ -25,13 +25,10 @@ from typing import Any
 import httpx
 import pytest
 import yaml
-from tests.integration.control_plane import ROLLOUT_CRD, ControlPlane
-from tests.integration.control_plane import start as start_control_plane
 
-from irsandbox.common import cache_dir, free_port, versions, wait_for
-
-GATEWAY_CRDS = [cache_dir() / "crds" / f"gateway-api-{versions()['GATEWAY_API_VERSION']}"
-                / "gateway.networking.k8s.io_httproutes.yaml"]
+from irsandbox.common import free_port, wait_for
+from irsandbox.control_plane import ControlPlane
+from irsandbox.control_plane import start as start_control_plane
 
 INSTALL_HINT = (
     "prometheus is not installed: the integration tests need a real Prometheus. Install it with "
@@ -152,13 +149,12 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrometheusL
 @pytest.fixture(scope="session")
 def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
     """etcd + kube-apiserver with the InferenceRollout and Gateway API HTTPRoute CRDs (see
-    :mod:`tests.integration.control_plane`).  Missing binaries fail: `bash sandbox/build.sh`."""
+    :mod:`irsandbox.control_plane`).  Missing binaries fail: `bash sandbox/build.sh`."""
     try:
         cp = start_control_plane(tmp_path_factory.mktemp("control-plane"))
     except FileNotFoundError as e:
         pytest.fail(str(e), pytrace=False)
     try:
-        cp.apply_crds(ROLLOUT_CRD, *GATEWAY_CRDS)
         yield cp
     finally:
         cp.stop()

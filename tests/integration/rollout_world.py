@@ -7,11 +7,10 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from tests.integration.control_plane import ControlPlane
-
 from inference_rollout.core.types import RecordEvent
 from inference_rollout.kube import Kube, load_configuration, ns_path, rollout_path
 from inference_rollout.reconciler import Deps, reconcile
+from irsandbox.control_plane import ControlPlane
 from irsandbox.manifests import container, inference_rollout
 
 #: Short holds so a step is done within a second; no analysis (a step advances on its hold).

@@ -13,7 +13,6 @@ import asyncio
 from typing import Any
 
 import pytest
-from tests.integration.control_plane import ControlPlane
 from tests.integration.rollout_world import (
     deps_for,
     mark_ready,
@@ -24,6 +23,7 @@ from tests.integration.rollout_world import (
 
 from inference_rollout.kube import Kube, rollout_path
 from inference_rollout.reconciler import reconcile
+from irsandbox.control_plane import ControlPlane
 
 pytestmark = pytest.mark.integration
 

@@ -1,5 +1,6 @@
-"""A bare Kubernetes control plane for the integration tier: etcd and kube-apiserver (the
-sandbox's cached binaries), nothing else, on 127.0.0.1 and free ports, in a temporary directory.
+"""A bare Kubernetes control plane for the integration tier and the failover benchmark: etcd and
+kube-apiserver (the sandbox's cached binaries), nothing else, on 127.0.0.1 and free ports, in a
+temporary directory.
 
 Why not the sandbox: the tests here need a real API server's semantics (resourceVersion
 preconditions, the CRD's schema and CEL rules, Leases) and nothing that schedules or runs pods,
@@ -23,11 +24,13 @@ from typing import Any
 import httpx
 import yaml
 
-from irsandbox.common import cache_dir, free_port, versions
+from .common import REPO, cache_dir, free_port, versions
 
 USERS = ("admin", "replica-a", "replica-b")
-ROLLOUT_CRD = Path(__file__).resolve().parents[2] / "crds" / \
-    "rollouts.inference.dev_inferencerollouts.yaml"
+#: What the operator reads and writes besides core kinds: its CRD and Gateway API's HTTPRoute.
+CRDS = [REPO / "crds" / "rollouts.inference.dev_inferencerollouts.yaml",
+        cache_dir() / "crds" / f"gateway-api-{versions()['GATEWAY_API_VERSION']}"
+        / "gateway.networking.k8s.io_httproutes.yaml"]
 AUDIT_POLICY = {
     "apiVersion": "audit.k8s.io/v1", "kind": "Policy",
     "omitStages": ["RequestReceived"],
@@ -126,8 +129,8 @@ def _wait(check: Any, timeout: float, what: str) -> None:
     raise TimeoutError(f"{what}: not within {timeout}s")
 
 
-def start(workdir: Path) -> ControlPlane:
-    """Start etcd and kube-apiserver; return once /readyz answers (about 10-30 s)."""
+def start(workdir: Path, crds: list[Path] = CRDS) -> ControlPlane:
+    """Start etcd and kube-apiserver, install ``crds``; return once they serve (10-30 s)."""
     cp = ControlPlane(workdir)
     (workdir / "tokens.csv").write_text("".join(
         f"{cp.token(u)},{u},{u},system:masters\n" for u in USERS))
@@ -172,6 +175,7 @@ def start(workdir: Path) -> ControlPlane:
                         raise RuntimeError(f"{p.args[0]} exited: see {workdir}")
                 return c.get("/readyz").status_code == 200
             _wait(ready, 120, "kube-apiserver /readyz")
+        cp.apply_crds(*crds)
     except BaseException:
         cp.stop()
         raise
