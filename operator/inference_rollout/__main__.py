@@ -5,6 +5,7 @@
                                [--metrics-port 8081] [--kubeconfig PATH]
                                [--prometheus-allow URL]... [--confine-queries]
                                [--leader-elect [--leader-election-namespace NS] ...]
+    inference-rollout release-finalizers (--namespace NS)... | --all-namespaces [--kubeconfig PATH]
     inference-rollout crd
 """
 
@@ -65,6 +66,14 @@ def _parser() -> argparse.ArgumentParser:
                                       "this long; shorter than --lease-duration")
     ha.add_argument("--retry-period", type=float, default=defaults.retry_period, metavar="S",
                     help="how often the leader renews and a standby polls")
+    rel = sub.add_parser(
+        "release-finalizers",
+        help="when the operator is gone: return traffic to stable for every InferenceRollout "
+             "marked for deletion, then remove its finalizer (docs/install.md, Uninstall)")
+    rel_scope = rel.add_mutually_exclusive_group(required=True)
+    rel_scope.add_argument("--namespace", "-n", action="append", dest="namespaces")
+    rel_scope.add_argument("--all-namespaces", "-A", action="store_true")
+    rel.add_argument("--kubeconfig", default=None)
     sub.add_parser("crd", help="print the CustomResourceDefinition YAML")
     return p
 
@@ -162,6 +171,13 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"--prometheus-allow {bad[0]!r}: not a base URL; write e.g. "
                          "http://prometheus.monitoring:9090 (no query or fragment)")
         return run_operator(args)
+    if args.command == "release-finalizers":
+        import logging
+
+        from .uninstall import run
+
+        logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")
+        return run(args.namespaces, args.kubeconfig)
     from .api.crd import render
 
     sys.stdout.write(render())

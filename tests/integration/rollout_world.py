@@ -17,10 +17,14 @@ from irsandbox.manifests import container, inference_rollout
 STEPS = [{"weight": 20, "pause": "1s"}, {"weight": 50, "pause": "1s"}, {"weight": 100}]
 
 
-def rollout(name: str, image: str = "v1") -> dict[str, Any]:
+OWNED_ROUTE = {"gatewayAPI": {"parentRefs": [{"name": "gw"}]}}
+
+
+def rollout(name: str, image: str = "v1",
+            traffic: dict[str, Any] | None = None) -> dict[str, Any]:
     return inference_rollout(
         name, replicas=2, containers=[container(image=f"vllm/vllm-openai:{image}")],
-        traffic={"gatewayAPI": {"parentRefs": [{"name": "gw"}]}},
+        traffic=traffic or OWNED_ROUTE,
         strategy={"steps": STEPS, "abortScaleDownDelay": "1h", "scaleDownDelay": "1h"})
 
 
@@ -37,7 +41,9 @@ def deps_for(cp: ControlPlane, user: str = "admin") -> Deps:
 
 
 async def create_namespace(kube: Kube, ns: str) -> None:
-    await kube.create("/api/v1/namespaces", {"metadata": {"name": ns}})
+    """Create ``ns`` unless it exists (a test may have put objects there first)."""
+    if await kube.get_or_none(f"/api/v1/namespaces/{ns}") is None:
+        await kube.create("/api/v1/namespaces", {"metadata": {"name": ns}})
 
 
 async def mark_ready(kube: Kube, ns: str) -> None:
@@ -76,14 +82,19 @@ async def reconcile_until(deps: Deps, ns: str, name: str, done: Any, attempts: i
                          f"{(await read(deps.kube, ns, name)).get('status')}")
 
 
-async def release_at_first_step(deps: Deps, ns: str, name: str) -> dict[str, Any]:
-    """``name`` created, v1 promoted to stable, v2 released and holding its first step (20%);
-    returns the rollout as the server holds it then."""
+async def release_at_first_step(deps: Deps, ns: str, name: str,
+                                traffic: dict[str, Any] | None = None,
+                                finalizers: tuple[str, ...] = ()) -> dict[str, Any]:
+    """``name`` created (with ``finalizers``, as kopf would add), v1 promoted to stable, v2
+    released and holding its first step (20%); returns the rollout as the server holds it."""
     await create_namespace(deps.kube, ns)
+    manifest = rollout(name, traffic=traffic)
+    manifest["metadata"]["finalizers"] = list(finalizers)
     await deps.kube.create(ns_path("rollouts.inference.dev", "v1alpha1", ns, "inferencerollouts"),
-                           rollout(name))
+                           manifest)
     await reconcile_until(deps, ns, name,
                           lambda b: (b.get("status") or {}).get("phase") == "Healthy")
-    await deps.kube.merge_patch(rollout_path(ns, name), {"spec": rollout(name, "v2")["spec"]})
+    await deps.kube.merge_patch(rollout_path(ns, name),
+                                {"spec": rollout(name, "v2", traffic)["spec"]})
     return await reconcile_until(
         deps, ns, name, lambda b: (b.get("status") or {}).get("canaryWeight") == 20)
