@@ -3,7 +3,7 @@ SHELL := /bin/bash
 PY ?= .venv/bin/python
 export GOTOOLCHAIN := local
 
-.PHONY: venv test unit lint sandbox-build sandbox-up sandbox-down crd demo bench bench-verdicts fuzz failover
+.PHONY: venv test unit lint sandbox-build sandbox-up sandbox-down crd demo bench bench-verdicts fuzz failover chaos
 
 venv: .venv/.installed
 .venv/.installed: pyproject.toml
@@ -65,3 +65,9 @@ fuzz: venv
 # Leader failover time with two operator replicas (no sandbox; docs/reliability.md).
 failover: venv
 	$(PY) bench/failover.py --rounds 10 --json .sandbox/bench/failover.json
+
+# A bounded chaos run (no sandbox): releases under leader SIGKILLs, an API server and an etcd
+# restart; checks steps and writers from the audit log (docs/reliability.md).
+CHAOS_SECONDS ?= 240
+chaos: venv
+	$(PY) bench/chaos.py --rollouts 6 --seconds $(CHAOS_SECONDS) --json .sandbox/bench/chaos.json

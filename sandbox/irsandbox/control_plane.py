@@ -34,7 +34,10 @@ CRDS = [REPO / "crds" / "rollouts.inference.dev_inferencerollouts.yaml",
 AUDIT_POLICY = {
     "apiVersion": "audit.k8s.io/v1", "kind": "Policy",
     "omitStages": ["RequestReceived"],
-    "rules": [{"level": "Metadata",
+    "rules": [{"level": "Request", "verbs": ["patch", "update"],  # the statuses written, in order
+               "resources": [{"group": "rollouts.inference.dev",
+                              "resources": ["inferencerollouts/status"]}]},
+              {"level": "Metadata",
                "verbs": ["create", "update", "patch", "delete"]},
               {"level": "None"}],
 }
@@ -52,7 +55,8 @@ def binary(name: str) -> str:
 class ControlPlane:
     workdir: Path
     url: str = ""
-    processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    commands: dict[str, list[str]] = field(default_factory=dict)
+    processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
 
     def token(self, user: str) -> str:
         return f"token-{user}"
@@ -100,8 +104,32 @@ class ControlPlane:
                 path = f"/apis/{doc['spec']['group']}/{served}/{doc['spec']['names']['plural']}"
                 _wait(lambda p=path: c.get(p).status_code == 200, 30, f"LIST {path}")
 
+    def launch(self, name: str) -> None:
+        with open(self.workdir / f"{name}.log", "ab") as log:
+            self.processes[name] = subprocess.Popen(
+                self.commands[name], stdout=log, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL)
+
+    def wait_ready(self, timeout: float = 120) -> None:
+        with self.client() as c:
+            def ready() -> bool:
+                for p in self.processes.values():
+                    if p.poll() is not None:
+                        raise RuntimeError(f"{p.args[0]} exited: see {self.workdir}")
+                return c.get("/readyz").status_code == 200
+            _wait(ready, timeout, "kube-apiserver /readyz")
+
+    def restart(self, name: str, down_seconds: float = 0.0) -> None:
+        """SIGKILL ``name`` (etcd or kube-apiserver), start it again after ``down_seconds``, and
+        return once the API server is ready (the chaos run's outages)."""
+        self.processes[name].kill()
+        self.processes[name].wait()
+        time.sleep(down_seconds)
+        self.launch(name)
+        self.wait_ready()
+
     def stop(self) -> None:
-        for p in reversed(self.processes):
+        for p in reversed(list(self.processes.values())):
             if p.poll() is None:
                 p.terminate()
                 try:
@@ -141,18 +169,13 @@ def start(workdir: Path, crds: list[Path] = CRDS) -> ControlPlane:
                     str(workdir / "sa.pub")], check=True, capture_output=True)
     client_port, peer_port, api_port = free_port(), free_port(), free_port()
     etcd_url = f"http://127.0.0.1:{client_port}"
-    with open(workdir / "etcd.log", "wb") as log:
-        cp.processes.append(subprocess.Popen(
-            [binary("etcd"), "--name", "it", "--data-dir", str(workdir / "etcd"),
+    cp.commands["etcd"] = [binary("etcd"), "--name", "it", "--data-dir", str(workdir / "etcd"),
              "--listen-client-urls", etcd_url, "--advertise-client-urls", etcd_url,
              "--listen-peer-urls", f"http://127.0.0.1:{peer_port}",
              "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer_port}",
              "--initial-cluster", f"it=http://127.0.0.1:{peer_port}",
-             "--unsafe-no-fsync", "--log-level", "warn"],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL))
-    with open(workdir / "kube-apiserver.log", "wb") as log:
-        cp.processes.append(subprocess.Popen(
-            [binary("kube-apiserver"), "--etcd-servers", etcd_url,
+             "--unsafe-no-fsync", "--log-level", "warn"]
+    cp.commands["kube-apiserver"] = [binary("kube-apiserver"), "--etcd-servers", etcd_url,
              "--bind-address", "127.0.0.1", "--secure-port", str(api_port),
              "--cert-dir", str(workdir / "certs"),
              "--token-auth-file", str(workdir / "tokens.csv"),
@@ -164,17 +187,12 @@ def start(workdir: Path, crds: list[Path] = CRDS) -> ControlPlane:
              "--audit-policy-file", str(workdir / "audit-policy.yaml"),
              "--audit-log-path", str(workdir / "audit.log"),
              "--audit-log-mode", "blocking",
-             "--profiling=false", "--v=0"],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL))
+             "--profiling=false", "--v=0"]
     cp.url = f"https://127.0.0.1:{api_port}"
     try:
-        with cp.client() as c:
-            def ready() -> bool:
-                for p in cp.processes:
-                    if p.poll() is not None:
-                        raise RuntimeError(f"{p.args[0]} exited: see {workdir}")
-                return c.get("/readyz").status_code == 200
-            _wait(ready, 120, "kube-apiserver /readyz")
+        for name in cp.commands:
+            cp.launch(name)
+        cp.wait_ready()
         cp.apply_crds(*crds)
     except BaseException:
         cp.stop()

@@ -40,6 +40,13 @@ def rollout(name: str, image: str) -> dict[str, Any]:
         strategy={"steps": STEPS, "abortScaleDownDelay": "1h", "scaleDownDelay": "1h"})
 
 
+def holder_replica(client: httpx.Client, namespace: str) -> str | None:
+    """The replica (``replica-a``, not its incarnation) named in the Lease, if any."""
+    r = client.get(f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{LEASE}")
+    holder = (r.json().get("spec") or {}).get("holderIdentity") if r.status_code == 200 else None
+    return str(holder).split(".")[0] if holder else None
+
+
 class Replica(OperatorProcess):
     """``inference-rollout operator --leader-elect`` as user ``identity`` of the control plane."""
 
@@ -56,10 +63,18 @@ class Replica(OperatorProcess):
                          metrics_port=free_port(), liveness_port=free_port(),
                          service_proxy=False, extra_args=tuple(extra),
                          unset_env=("KUBECONFIG",))
-        self.identity = identity
+        self.identity = self.current_identity = identity
         self.log_path = logs / f"{identity}.log"
 
     def restart(self) -> None:
+        """Start again as a new candidate (``<identity>.<n>`` in the Lease, as a new pod would
+        be): the same name would resume the dead process's Lease at once, and hide the
+        failover."""
+        self.incarnation = getattr(self, "incarnation", 0) + 1
+        self.current_identity = f"{self.identity}.{self.incarnation}"
+        args = list(self.extra_args)
+        args[args.index("--leader-election-identity") + 1] = self.current_identity
+        self.extra_args = tuple(args)
         self.metrics_port, self.liveness_port = free_port(), free_port()
         self.start()
 
@@ -121,9 +136,7 @@ class TwoReplicas:
     # --- reading -------------------------------------------------------------------------------
 
     def holder(self) -> str | None:
-        r = self.client.get(f"/apis/coordination.k8s.io/v1/namespaces/{self.ns}/leases/{LEASE}")
-        return (r.json().get("spec") or {}).get("holderIdentity") if r.status_code == 200 \
-            else None
+        return holder_replica(self.client, self.ns)
 
     def status(self) -> dict[str, Any]:
         path = f"{ROLLOUTS}/namespaces/{self.ns}/inferencerollouts/{self.name}"
