@@ -3,7 +3,7 @@ SHELL := /bin/bash
 PY ?= .venv/bin/python
 export GOTOOLCHAIN := local
 
-.PHONY: venv test unit lint sandbox-build sandbox-up sandbox-down crd demo bench bench-verdicts
+.PHONY: venv test unit lint sandbox-build sandbox-up sandbox-down crd demo bench bench-verdicts fuzz failover chaos
 
 venv: .venv/.installed
 .venv/.installed: pyproject.toml
@@ -54,3 +54,20 @@ bench: venv
 VERDICT_RELEASES ?= 1000
 bench-verdicts: venv
 	$(PY) bench/verdicts.py --releases $(VERDICT_RELEASES) --json .sandbox/bench/verdicts.json
+
+# Fuzzed manifests at volume (no sandbox: a bare etcd + kube-apiserver from the sandbox's cache):
+# the models, lints, core and CLI, then the CRD's schema and CEL on a real API server compared with
+# the models. `make test` runs the same tests at 300/150 manifests. Figures: docs/reliability.md.
+FUZZ_MANIFESTS ?= 10000
+fuzz: venv
+	FUZZ_MANIFESTS=$(FUZZ_MANIFESTS) $(PY) -m pytest tests/unit/test_manifest_fuzz.py tests/integration/test_crd_fuzz.py -q -s -p no:cacheprovider
+
+# Leader failover time with two operator replicas (no sandbox; docs/reliability.md).
+failover: venv
+	$(PY) bench/failover.py --rounds 10 --json .sandbox/bench/failover.json
+
+# A bounded chaos run (no sandbox): releases under leader SIGKILLs, an API server and an etcd
+# restart; checks steps and writers from the audit log (docs/reliability.md).
+CHAOS_SECONDS ?= 240
+chaos: venv
+	$(PY) bench/chaos.py --rollouts 6 --seconds $(CHAOS_SECONDS) --json .sandbox/bench/chaos.json

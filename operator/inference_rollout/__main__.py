@@ -5,6 +5,8 @@
                                [--metrics-port 8081] [--kubeconfig PATH]
                                [--prometheus-allow URL]... [--confine-queries]
                                [--notify-allow URL]... [--notify-secret NAME]
+                               [--leader-elect [--leader-election-namespace NS] ...]
+    inference-rollout release-finalizers (--namespace NS)... | --all-namespaces [--kubeconfig PATH]
     inference-rollout crd
 """
 
@@ -13,6 +15,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from .leader import Timing
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -49,6 +55,34 @@ def _parser() -> argparse.ArgumentParser:
                         help="the Secret in each namespace that names its webhooks, for rollouts "
                              "without spec.notifications.secretRef (conventionally "
                              "inference-rollout-notifications; default: none)")
+    ha = op.add_argument_group("leader election (docs/reliability.md)")
+    ha.add_argument("--leader-elect", action="store_true",
+                    help="campaign for a coordination.k8s.io Lease and reconcile only while "
+                         "holding it (run two replicas for a failover in seconds)")
+    ha.add_argument("--leader-election-namespace", default=None, metavar="NS",
+                    help="the Lease's namespace (default: $POD_NAMESPACE, the pod's namespace, "
+                         "else default)")
+    ha.add_argument("--leader-election-id", default="inference-rollout", metavar="NAME",
+                    help="the Lease's name (replicas of one installation share it)")
+    ha.add_argument("--leader-election-identity", default=None, metavar="ID",
+                    help="this replica's name in the Lease (default: hostname and a random "
+                         "suffix)")
+    defaults = Timing()
+    ha.add_argument("--lease-duration", type=float, default=defaults.lease_duration,
+                    metavar="S", help="a standby takes over a Lease not renewed for this long")
+    ha.add_argument("--renew-deadline", type=float, default=defaults.renew_deadline,
+                    metavar="S", help="the leader stops (exits) when it could not renew for "
+                                      "this long; shorter than --lease-duration")
+    ha.add_argument("--retry-period", type=float, default=defaults.retry_period, metavar="S",
+                    help="how often the leader renews and a standby polls")
+    rel = sub.add_parser(
+        "release-finalizers",
+        help="when the operator is gone: return traffic to stable for every InferenceRollout "
+             "marked for deletion, then remove its finalizer (docs/install.md, Uninstall)")
+    rel_scope = rel.add_mutually_exclusive_group(required=True)
+    rel_scope.add_argument("--namespace", "-n", action="append", dest="namespaces")
+    rel_scope.add_argument("--all-namespaces", "-A", action="store_true")
+    rel.add_argument("--kubeconfig", default=None)
     sub.add_parser("crd", help="print the CustomResourceDefinition YAML")
     return p
 
@@ -77,12 +111,59 @@ def run_operator(args: argparse.Namespace) -> int:
                                        namespace_secret=args.notify_secret or None)
     fmt = kopf.LogFormat.JSON if args.log_format == "json" else kopf.LogFormat.PLAIN
     kopf.configure(verbose=args.verbose, log_format=fmt)
-    asyncio.run(kopf.operator(
-        clusterwide=bool(args.all_namespaces),
-        namespaces=args.namespaces or [],
-        standalone=True,
-        liveness_endpoint=f"http://0.0.0.0:{args.liveness_port}/healthz",
-    ))
+
+    def operator(stop_flag: asyncio.Event | None = None) -> Coroutine[Any, Any, None]:
+        return kopf.operator(
+            clusterwide=bool(args.all_namespaces),
+            namespaces=args.namespaces or [],
+            standalone=True,
+            liveness_endpoint=f"http://0.0.0.0:{args.liveness_port}/healthz",
+            stop_flag=stop_flag,
+        )
+
+    if not args.leader_elect:
+        asyncio.run(operator())
+        return 0
+    return asyncio.run(_lead_then_operate(args, operator))
+
+
+#: The exit code of a leader that lost its Lease (the container restarts as a standby).
+LOST_LEADERSHIP = 3
+
+
+async def _lead_then_operate(
+        args: argparse.Namespace,
+        operator: Callable[[asyncio.Event], Coroutine[Any, Any, None]]) -> int:
+    """Wait for the Lease (serving /healthz meanwhile), then run kopf while renewing it.  Losing
+    the Lease ends the process at once: no write of this replica may follow another's takeover.
+    A clean stop (SIGTERM: kopf returns) releases the Lease for a fast handover."""
+    import logging
+    import os
+
+    from .kube import Kube, load_configuration
+    from .leader import LeaseElector, Timing, default_identity, lease_namespace, standby_health
+
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # a Lease poll a second is not news
+    timing = Timing(args.lease_duration, args.renew_deadline, args.retry_period)
+    kube = Kube(load_configuration(args.kubeconfig), timeout=max(1.0, timing.retry_period))
+    elector = LeaseElector(kube, lease_namespace(args.leader_election_namespace),
+                           args.leader_election_id,
+                           args.leader_election_identity or default_identity(), timing)
+    async with standby_health(args.liveness_port):
+        await elector.acquire()
+    stop = asyncio.Event()
+    running = asyncio.create_task(operator(stop))
+    holding = asyncio.create_task(elector.hold())
+    await asyncio.wait({running, holding}, return_when=asyncio.FIRST_COMPLETED)
+    if holding.done():
+        logging.getLogger("inference_rollout").critical(
+            "leadership lost: exiting now so that no write follows another replica's takeover")
+        logging.shutdown()
+        os._exit(LOST_LEADERSHIP)
+    holding.cancel()
+    await elector.release()
+    await kube.close()
+    running.result()
     return 0
 
 
@@ -91,6 +172,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "operator":
         from .metrics.tenancy import check_allow_list
+
+        timing = Timing(args.lease_duration, args.renew_deadline, args.retry_period)
+        if args.leader_elect and timing.problems():
+            parser.error(f"--lease-duration/--renew-deadline/--retry-period: "
+                         f"{timing.problems()[0]}")
 
         bad = check_allow_list(args.prometheus_allow)
         if bad:
@@ -101,6 +187,13 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"--notify-allow {bad[0]!r}: not a base URL; write e.g. "
                          "https://hooks.slack.com/services (no query or fragment)")
         return run_operator(args)
+    if args.command == "release-finalizers":
+        import logging
+
+        from .uninstall import run
+
+        logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")
+        return run(args.namespaces, args.kubeconfig)
     from .api.crd import render
 
     sys.stdout.write(render())

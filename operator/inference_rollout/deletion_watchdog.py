@@ -55,8 +55,9 @@ def finalizer_removal(rollout: dict[str, Any], finalizer: str) -> list[dict[str,
 
 
 async def sweep(kube: Kube, namespaces: set[str], finalizer: str, cleanup: Cleanup,
-                now: datetime) -> list[str]:
-    """One pass; returns ``namespace/name`` of every rollout whose finalizer it removed."""
+                now: datetime, grace: float = GRACE_SECONDS) -> list[str]:
+    """One pass; returns ``namespace/name`` of every rollout whose finalizer it removed (those
+    marked for deletion ``grace`` seconds ago or more)."""
     released = []
     for ns in sorted(namespaces):
         try:  # metadata only: a sweep of 500 healthy rollouts should not move their statuses
@@ -68,13 +69,13 @@ async def sweep(kube: Kube, namespaces: set[str], finalizer: str, cleanup: Clean
                 log.warning("deletion watchdog: listing %s: %s", ns, e)
             continue
         for item in listed.get("items") or []:  # a metadata LIST of nothing says "items": null
-            if not stuck(item, finalizer, now):
+            if not stuck(item, finalizer, now, grace):
                 continue
             name = item["metadata"]["name"]
             path = rollout_path(ns, name)
             try:
                 rollout = await kube.get_or_none(path)
-                if rollout is None or not stuck(rollout, finalizer, now):
+                if rollout is None or not stuck(rollout, finalizer, now, grace):
                     continue  # gone, or released meanwhile
                 await cleanup(rollout)
                 await kube.request("PATCH", path, finalizer_removal(rollout, finalizer),

@@ -8,7 +8,9 @@ and the tests can call it directly against a real API server.
 Order matters for safety: actions are applied in the order the core returned them (a weight change
 comes before any scale-down), and the status is written last, guarded by resourceVersion.  If the
 process dies between the two, the next reconcile starts from the old status, sees the world as the
-actions left it, and repeats only idempotent writes.
+actions left it, and repeats only idempotent writes.  A status write that meets a newer object
+(409: another replica or the CLI wrote meanwhile) is never retried with the same decision: the
+reconcile runs again from what the server holds (``fenced``), as if this one had crashed.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
@@ -166,7 +168,16 @@ async def _close_after_its_queries(source: PrometheusSource) -> None:
 
 
 async def reconcile(deps: Deps, body: dict[str, Any]) -> float:
-    """Reconcile one rollout once; return seconds until it should be looked at again."""
+    """Reconcile one rollout once; return seconds until it should be looked at again.
+
+    Fenced: when the status write meets a newer object (409), someone else (another replica, the
+    CLI) wrote meanwhile, and this decision was made from facts that are no longer true.  It is
+    never written over theirs: the object is read again and the whole reconcile runs again from
+    what the server holds (:func:`fenced`)."""
+    return await fenced(deps, body, _reconcile, gone=IDLE_SECONDS)
+
+
+async def _reconcile(deps: Deps, body: dict[str, Any]) -> float:
     meta = body["metadata"]
     ns, name, uid = meta["namespace"], meta["name"], meta["uid"]
     generation = int(meta.get("generation", 0))
@@ -302,13 +313,18 @@ async def fail_safe(deps: Deps, body: dict[str, Any], error: BaseException) -> b
     on stable afterwards (or was never elsewhere)."""
     meta = body["metadata"]
     what = f"{type(error).__name__}: {error}"[:300]
+
+    async def record_and_move(_deps: Deps, current: dict[str, Any]) -> None:
+        cmeta = current["metadata"]
+        status = InferenceRolloutStatus.parse(current.get("status"))
+        new = validation.failed_status(status, what, int(cmeta.get("generation", 0)), deps.now())
+        await write_status(deps, current, status, new)
+        deps.notify(current, status, Decision((), new, None, new.abort_reason
+                                              if new.aborted and not status.aborted else None))
+        await _traffic_to_stable(deps, current, status, bool(cmeta.get("deletionTimestamp")))
+
     try:
-        status = InferenceRolloutStatus.parse(body.get("status"))
-        new = validation.failed_status(status, what, int(meta.get("generation", 0)), deps.now())
-        await write_status(deps, body, status, new)
-        deps.notify(body, status, Decision((), new, None, new.abort_reason
-                                           if new.aborted and not status.aborted else None))
-        await _traffic_to_stable(deps, body, status, bool(meta.get("deletionTimestamp")))
+        await fenced(deps, body, record_and_move, gone=None)
     except Exception as e:  # the fallback must never raise
         log.error("%s/%s: could not return traffic to stable after %s: %s", meta.get("namespace"),
                   meta.get("name"), what, e)
@@ -412,46 +428,67 @@ async def apply_actions(deps: Deps, body: dict[str, Any], decision: Decision,
             await deps.post_event(body, action)
 
 
+#: Conflicting status writes in a row before a reconcile gives up (retried after the error
+#: backoff): each conflict means someone else wrote, and the next attempt decides anew.
 STATUS_WRITE_ATTEMPTS = 5
+
+T = TypeVar("T")
+
+
+class StatusConflict(KubeError):
+    """The status write met a newer object than the one the decision was made from."""
+
+
+async def fenced(deps: Deps, body: dict[str, Any],
+                 attempt: Callable[[Deps, dict[str, Any]], Awaitable[T]], gone: T) -> T:
+    """Run ``attempt`` (read the body, decide, act, write the status); after a
+    :class:`StatusConflict`, read the object again and run it again from what the server holds.
+
+    This is what makes two writers safe (two operator replicas for a moment, or the CLI): the
+    status a decision is written over is always the one it was made from.  Actions the stale
+    attempt applied before its write are corrected by the next attempt, exactly as after a crash
+    between the actions and the status write (docs/architecture.md).  ``gone``: the answer when
+    the object was deleted meanwhile."""
+    path = rollout_path(body["metadata"]["namespace"], body["metadata"]["name"])
+    current = body
+    for _attempt in range(STATUS_WRITE_ATTEMPTS):
+        try:
+            return await attempt(deps, current)
+        except StatusConflict:
+            operator_metrics.REGISTRY.inc("inference_rollout_status_conflicts_total")
+            fresh = await deps.kube.get_or_none(path)
+            if fresh is None:
+                return gone
+            log.info("%s: status changed meanwhile (resourceVersion %s -> %s); deciding again",
+                     path, current["metadata"].get("resourceVersion"),
+                     fresh["metadata"].get("resourceVersion"))
+            current = fresh
+    raise KubeError(409, "PATCH", path + "/status",
+                    f"status write still conflicting after {STATUS_WRITE_ATTEMPTS} decisions")
 
 
 async def write_status(deps: Deps, body: dict[str, Any], old: InferenceRolloutStatus,
                        new: InferenceRolloutStatus) -> None:
-    """Patch the status subresource if anything changed, guarded by resourceVersion.
-
-    The actions of this decision are already applied, so the status that records them must not
-    be dropped (a lost rollback decision would let the next reconcile route traffic back to the
-    canary).  On a conflict the object is read again and the write retried, keeping any steering
-    request the CLI set meanwhile: it stays true and the next reconcile acts on it.
-    """
+    """Patch the status subresource if anything changed, guarded by the resourceVersion the
+    decision was made from.  A conflict raises :class:`StatusConflict` (never a retry with the
+    same decision: see :func:`fenced`); a rollout deleted meanwhile is not an error."""
     old_body, new_body = old.to_body(), new.to_body()
     if old_body == new_body:
         return
     meta = body["metadata"]
     object_path = rollout_path(meta["namespace"], meta["name"])
-    stored = body.get("status") or old_body
-    for _attempt in range(STATUS_WRITE_ATTEMPTS):
-        patch = {"metadata": {"resourceVersion": meta["resourceVersion"]},
-                 "status": with_deletions(stored, new_body)}
-        try:
-            updated = await deps.kube.merge_patch(object_path + "/status", patch)
-        except KubeError as e:
-            if e.status == 404:
-                return  # deleted meanwhile
-            if e.status != 409:
-                raise
-            fresh = await deps.kube.get_or_none(object_path)
-            if fresh is None:
-                return
-            meta["resourceVersion"] = fresh["metadata"]["resourceVersion"]
-            stored = fresh.get("status") or {}
-            new_body = _keep_new_requests(old_body, stored, new_body)
-            continue
-        meta["resourceVersion"] = updated["metadata"]["resourceVersion"]
-        body["status"] = updated.get("status", new_body)
-        return
-    raise KubeError(409, "PATCH", object_path + "/status",
-                    f"status write still conflicting after {STATUS_WRITE_ATTEMPTS} attempts")
+    patch = {"metadata": {"resourceVersion": meta["resourceVersion"]},
+             "status": with_deletions(body.get("status") or old_body, new_body)}
+    try:
+        updated = await deps.kube.merge_patch(object_path + "/status", patch)
+    except KubeError as e:
+        if e.status == 404:
+            return  # deleted meanwhile
+        if e.status == 409:
+            raise StatusConflict(e.status, e.method, e.path, e.message) from e
+        raise
+    meta["resourceVersion"] = updated["metadata"]["resourceVersion"]
+    body["status"] = updated.get("status", new_body)
 
 
 def with_deletions(stored: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
@@ -469,17 +506,6 @@ def with_deletions(stored: dict[str, Any], new: dict[str, Any]) -> dict[str, Any
         elif isinstance(old_value, dict) and isinstance(new[key], dict):
             out[key] = with_deletions(old_value, new[key])
     return out
-
-
-def _keep_new_requests(old: dict[str, Any], fresh: dict[str, Any],
-                       new: dict[str, Any]) -> dict[str, Any]:
-    """``new`` with every request that was set in ``fresh`` but not in ``old`` (written by the
-    CLI while this reconcile ran) still set."""
-    before = old.get("requests") or {}
-    written = {k for k, v in (fresh.get("requests") or {}).items() if v and not before.get(k)}
-    if not written:
-        return new
-    return {**new, "requests": {**(new.get("requests") or {}), **dict.fromkeys(written, True)}}
 
 
 def _export(ns: str, name: str, decision: Decision,
@@ -514,4 +540,5 @@ def _export(ns: str, name: str, decision: Decision,
                 reason=decision.rolled_back)
 
 
-__all__ = ["EXPECTED_ERRORS", "Deps", "fail_safe", "reconcile", "release_before_deletion"]
+__all__ = ["EXPECTED_ERRORS", "Deps", "StatusConflict", "fail_safe", "fenced", "reconcile",
+           "release_before_deletion"]

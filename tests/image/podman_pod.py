@@ -18,7 +18,10 @@ SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 MACHINE_FLAGS = ("--runtime", "runc", "--ulimit", "nofile=4096:4096",
                  "--ulimit", "nproc=4096:4096")
 POD_KEYS = {"serviceAccountName", "automountServiceAccountToken", "securityContext",
-            "terminationGracePeriodSeconds", "containers", "volumes", "nodeSelector"}
+            "terminationGracePeriodSeconds", "containers", "volumes", "nodeSelector",
+            "affinity"}  # scheduling only, like nodeSelector
+#: The downward API fields an env var may name, and where a pod's value comes from.
+FIELD_REFS = {"metadata.namespace"}
 CONTAINER_KEYS = {"name", "image", "imagePullPolicy", "args", "env", "ports", "livenessProbe",
                   "resources", "securityContext", "volumeMounts"}
 
@@ -95,8 +98,14 @@ def podman_run(deployment: dict[str, Any], *, service_account_dir: Path, api_hos
     _refuse_unknown("container securityContext", sc, set())
 
     for env in container.get("env", []):
-        _refuse_unknown(f"env {env.get('name')}", env, {"name", "value"})
-        flags += ["--env", f"{env['name']}={env['value']}"]
+        _refuse_unknown(f"env {env.get('name')}", env, {"name", "value", "valueFrom"})
+        value = env.get("value")
+        if "valueFrom" in env:  # the downward API: the pod's own namespace only
+            ref = env["valueFrom"].get("fieldRef", {}).get("fieldPath")
+            if ref not in FIELD_REFS:
+                raise ValueError(f"env {env['name']}: valueFrom {env['valueFrom']} is not mapped")
+            value = deployment["metadata"]["namespace"]
+        flags += ["--env", f"{env['name']}={value}"]
     flags += ["--env", f"KUBERNETES_SERVICE_HOST={api_host}",
               "--env", f"KUBERNETES_SERVICE_PORT={api_port}"]
     if pod.get("automountServiceAccountToken", True):

@@ -27,6 +27,8 @@ import pytest
 import yaml
 
 from irsandbox.common import free_port, wait_for
+from irsandbox.control_plane import ControlPlane
+from irsandbox.control_plane import start as start_control_plane
 
 INSTALL_HINT = (
     "prometheus is not installed: the integration tests need a real Prometheus. Install it with "
@@ -159,3 +161,17 @@ def apiserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    """etcd + kube-apiserver with the InferenceRollout and Gateway API HTTPRoute CRDs (see
+    :mod:`irsandbox.control_plane`).  Missing binaries fail: `bash sandbox/build.sh`."""
+    try:
+        cp = start_control_plane(tmp_path_factory.mktemp("control-plane"))
+    except FileNotFoundError as e:
+        pytest.fail(str(e), pytrace=False)
+    try:
+        yield cp
+    finally:
+        cp.stop()

@@ -113,8 +113,18 @@ def rule_map(rules: list[dict[str, Any]]) -> dict[tuple[str, str], list[str]]:
     return out
 
 
+#: The Role for the replicas' Lease in the release's namespace (leaderElection.enabled).
+LEADER_ROLE = "ir-inference-rollout-leader-election"
+
+
 def all_rules(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [r for d in docs if d["kind"] in ("Role", "ClusterRole") for r in d.get("rules", [])]
+    """The rules on rollouts and their objects (every Role but the Lease's)."""
+    return [r for d in operator_roles(docs) for r in d.get("rules", [])]
+
+
+def operator_roles(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [d for d in docs if d["kind"] in ("Role", "ClusterRole")
+            and d["metadata"]["name"] != LEADER_ROLE]
 
 
 def deployment(docs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -127,7 +137,7 @@ def deployment(docs: list[dict[str, Any]]) -> dict[str, Any]:
 
 def test_cluster_mode_is_one_clusterrole_with_exactly_the_operators_rules() -> None:
     docs = render()
-    assert not of_kind(docs, "Role") and not of_kind(docs, "RoleBinding")
+    assert [r["metadata"]["name"] for r in of_kind(docs, "Role")] == [LEADER_ROLE]
     (role,) = of_kind(docs, "ClusterRole")
     assert rule_map(role["rules"]) == {**NAMESPACED_RULES, **CRD_SCANNING}
     (binding,) = of_kind(docs, "ClusterRoleBinding")
@@ -141,11 +151,11 @@ def test_cluster_mode_is_one_clusterrole_with_exactly_the_operators_rules() -> N
 
 def test_namespaces_mode_renders_a_role_per_namespace() -> None:
     docs = render("watch.mode=namespaces", "watch.namespaces={team-a,team-b}")
-    roles = of_kind(docs, "Role")
+    roles = [r for r in operator_roles(docs) if r["kind"] == "Role"]
     assert sorted(r["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
     for role in roles:
         assert rule_map(role["rules"]) == NAMESPACED_RULES
-    bindings = of_kind(docs, "RoleBinding")
+    bindings = [b for b in of_kind(docs, "RoleBinding") if b["metadata"]["name"] != LEADER_ROLE]
     assert sorted(b["metadata"]["namespace"] for b in bindings) == ["team-a", "team-b"]
     for b in bindings:
         assert b["roleRef"]["kind"] == "Role"
@@ -161,7 +171,7 @@ def test_namespaces_mode_renders_a_role_per_namespace() -> None:
 def test_namespaces_mode_without_scanning_grants_nothing_cluster_wide() -> None:
     docs = render("watch.mode=namespaces", "watch.namespaces={team-a}", "rbac.kopfScanning=false")
     assert not of_kind(docs, "ClusterRole") and not of_kind(docs, "ClusterRoleBinding")
-    assert len(of_kind(docs, "Role")) == 1
+    assert len(operator_roles(docs)) == 1
 
 
 @pytest.mark.parametrize("mode", [(), ("watch.mode=namespaces", "watch.namespaces={a}")])
@@ -206,11 +216,45 @@ def test_rbac_can_be_left_to_the_user() -> None:
 # --- the operator Deployment ---------------------------------------------------------------------
 
 
-def test_deployment_runs_one_locked_down_operator() -> None:
+def test_deployment_runs_two_locked_down_replicas_under_leader_election() -> None:
+    docs = render()
+    dep = deployment(docs)
+    spec = dep["spec"]
+    assert spec["replicas"] == 2
+    assert spec["strategy"] == {"type": "RollingUpdate",
+                                "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
+    args = spec["template"]["spec"]["containers"][0]["args"]
+    assert args[args.index("--leader-elect"):] == [
+        "--leader-elect", "--leader-election-id", "ir-inference-rollout", "--lease-duration",
+        "8", "--renew-deadline", "5", "--retry-period", "1"]
+    (pdb,) = of_kind(docs, "PodDisruptionBudget")
+    assert pdb["spec"]["minAvailable"] == 1
+    assert pdb["spec"]["selector"] == spec["selector"]
+    (lease_role,) = [r for r in of_kind(docs, "Role") if r["metadata"]["name"] == LEADER_ROLE]
+    assert lease_role["metadata"]["namespace"] == "ir-system"
+    assert lease_role["rules"] == [
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+         "resourceNames": ["ir-inference-rollout"], "verbs": ["get", "update"]},
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]}]
+    anti = spec["template"]["spec"]["affinity"]["podAntiAffinity"]
+    assert anti["preferredDuringSchedulingIgnoredDuringExecution"][0]["podAffinityTerm"][
+        "topologyKey"] == "kubernetes.io/hostname"
+
+
+def test_one_replica_without_leader_election_recreates_and_more_are_refused() -> None:
+    docs = render("replicas=1", "leaderElection.enabled=false")
+    spec = deployment(docs)["spec"]
+    assert spec["replicas"] == 1 and spec["strategy"] == {"type": "Recreate"}
+    assert "--leader-elect" not in spec["template"]["spec"]["containers"][0]["args"]
+    assert not of_kind(docs, "PodDisruptionBudget") and LEADER_ROLE not in {
+        r["metadata"]["name"] for r in of_kind(docs, "Role")}
+    with pytest.raises(pytest.fail.Exception, match=r"replicas > 1 needs leaderElection\.enabled"):
+        render("leaderElection.enabled=false")
+
+
+def test_deployment_runs_locked_down() -> None:
     dep = deployment(render())
     spec = dep["spec"]
-    assert spec["replicas"] == 1
-    assert spec["strategy"] == {"type": "Recreate"}
     pod = spec["template"]["spec"]
     assert pod["serviceAccountName"] == "ir-inference-rollout"
     assert pod["securityContext"]["runAsNonRoot"] is True

@@ -189,9 +189,14 @@ def install(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Itera
 @pytest.fixture(scope="module")
 def operator(cluster: Cluster, install: Install) -> Iterator[OperatorProcess]:
     env = {**cluster.env, "KUBECONFIG": str(install.kubeconfig)}
+    # As the chart runs it: campaigning for the chart's Lease in the release's namespace, so
+    # the leader-election Role is part of the proof.
     op = OperatorProcess(env, log_name=f"operator-rbac-{install.watched}",
                          namespaces=[install.watched], metrics_port=free_port(),
-                         liveness_port=free_port())
+                         liveness_port=free_port(),
+                         extra_args=("--leader-elect", "--leader-election-namespace",
+                                     install.release_ns, "--leader-election-id",
+                                     f"{install.release}-inference-rollout"))
     op.start()
     yield op
     op.stop()

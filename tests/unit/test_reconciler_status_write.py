@@ -1,19 +1,23 @@
-"""The status write after applied actions is never dropped on a conflict, and a steering request
-written meanwhile survives it.  The API is a small stand-in here (the conflict must happen at an
-exact moment); the sandbox tests exercise the real server."""
+"""The status write is fenced: a conflict is never answered by writing the same decision again,
+but by deciding again from the newer object (a steering request written meanwhile included).  The
+API is a small stand-in here (the conflict must happen at an exact moment);
+tests/integration/test_fenced_status.py plays the issue's story on a real API server."""
 
 from __future__ import annotations
 
 import asyncio
 from typing import Any
 
+import pytest
+
 from inference_rollout.api.status import InferenceRolloutStatus
 from inference_rollout.kube import KubeError
-from inference_rollout.reconciler import Deps, _keep_new_requests, write_status
+from inference_rollout.reconciler import Deps, StatusConflict, fenced, write_status
 
 
 class ConflictOnce:
-    """PATCH answers 409 once (the CLI wrote ``requests.promote`` meanwhile), then succeeds."""
+    """PATCH answers 409 once (the CLI wrote ``requests.promote`` meanwhile), then succeeds;
+    GET returns the newer object."""
 
     def __init__(self) -> None:
         self.patches: list[dict[str, Any]] = []
@@ -27,32 +31,37 @@ class ConflictOnce:
         return {"metadata": {"resourceVersion": "3"}, "status": body["status"]}
 
     async def get_or_none(self, path: str) -> dict[str, Any]:
-        return {"metadata": {"resourceVersion": "2"},
+        return {"metadata": {"namespace": "ns", "name": "r", "resourceVersion": "2"},
                 "status": {"requests": {"promote": True}}}
 
 
-def test_a_conflicting_status_write_is_retried_keeping_new_requests() -> None:
+def test_a_conflicting_status_write_is_never_retried_with_the_same_decision() -> None:
     kube = ConflictOnce()
     deps = Deps(kube=kube, post_event=None)  # type: ignore[arg-type]
     body = {"metadata": {"namespace": "ns", "name": "r", "resourceVersion": "1"}}
-    old = InferenceRolloutStatus()
     new = InferenceRolloutStatus(aborted=True, canary_weight=0, abort_reason="AnalysisFailed")
-    asyncio.run(write_status(deps, body, old, new))
-    assert len(kube.patches) == 2
-    final = kube.patches[-1]
-    assert final["metadata"]["resourceVersion"] == "2"
-    assert final["status"]["aborted"] is True  # the rollback decision is recorded
-    assert final["status"]["requests"]["promote"] is True  # and the user's request kept
-    assert body["metadata"]["resourceVersion"] == "3"
+    with pytest.raises(StatusConflict):
+        asyncio.run(write_status(deps, body, InferenceRolloutStatus(), new))
+    assert len(kube.patches) == 1
 
 
-def test_only_requests_written_meanwhile_are_kept() -> None:
-    old = {"requests": {"abort": True, "promote": False}}
-    fresh = {"requests": {"abort": True, "promote": True, "pause": False}}
-    new = {"requests": {"abort": False, "promote": False}, "phase": "Degraded"}
-    out = _keep_new_requests(old, fresh, new)
-    assert out["requests"] == {"abort": False, "promote": True}  # abort was consumed
-    assert _keep_new_requests(old, {"requests": {}}, new) is new
+def test_after_a_conflict_the_decision_is_made_again_from_the_newer_object() -> None:
+    """``fenced`` runs the whole attempt again on the object as the server holds it now (its
+    steering request included), with that object's resourceVersion."""
+    kube = ConflictOnce()
+    deps = Deps(kube=kube, post_event=None)  # type: ignore[arg-type]
+
+    async def decide_and_write(d: Deps, body: dict[str, Any]) -> str:
+        status = InferenceRolloutStatus.parse(body.get("status"))
+        decided = status.model_copy(update={
+            "message": "promoting" if status.requests.promote else "holding"})
+        await write_status(d, body, InferenceRolloutStatus(), decided)
+        return "written"
+
+    body = {"metadata": {"namespace": "ns", "name": "r", "resourceVersion": "1"}}
+    assert asyncio.run(fenced(deps, body, decide_and_write, gone="gone")) == "written"
+    assert [p["metadata"]["resourceVersion"] for p in kube.patches] == ["1", "2"]
+    assert [p["status"]["message"] for p in kube.patches] == ["holding", "promoting"]
 
 
 class Recorder:

@@ -145,7 +145,11 @@ class PodTemplate(Model):
         """The port named ``http`` on the serving container, else its only port."""
         c = self.serving_container()
         declared = c.get("ports") or []
-        for i, port in enumerate(declared if isinstance(declared, list) else []):
+        if not isinstance(declared, list):  # the schema keeps the template as written
+            raise ValueError(
+                f"spec.template.spec.containers[name={c.get('name')}].ports: must be a list of "
+                f"ports, got {declared!r:.40}")
+        for i, port in enumerate(declared):
             number = port.get("containerPort") if isinstance(port, dict) else None
             if isinstance(port, dict) and "containerPort" in port and (
                     isinstance(number, bool) or not isinstance(number, int)):
@@ -153,7 +157,7 @@ class PodTemplate(Model):
                     f"spec.template.spec.containers[name={c.get('name')}].ports[{i}]"
                     f".containerPort: must be an integer port number, got {number!r} (an empty "
                     "Helm value renders as null)")
-        ports = [p for p in c.get("ports") or [] if isinstance(p, dict) and "containerPort" in p]
+        ports = [p for p in declared if isinstance(p, dict) and "containerPort" in p]
         named = [p for p in ports if p.get("name") == SERVING_PORT_NAME]
         if named:
             return int(named[0]["containerPort"])

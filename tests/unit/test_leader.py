@@ -1,0 +1,90 @@
+"""The Lease algorithm's rules on a stand-in API and a stand-in clock (the real API server and
+real processes: tests/integration/test_leader_election.py)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from inference_rollout.__main__ import main
+from inference_rollout.kube import KubeError
+from inference_rollout.leader import LeaseElector, Timing
+
+
+class OneLease:
+    """GET/POST/PUT of one Lease with resourceVersion checks, as the API server does."""
+
+    def __init__(self) -> None:
+        self.lease: dict[str, Any] | None = None
+        self.version = 0
+
+    def _store(self, body: dict[str, Any]) -> dict[str, Any]:
+        self.version += 1
+        self.lease = {**body, "metadata": {**body["metadata"],
+                                           "resourceVersion": str(self.version)}}
+        return self.lease
+
+    async def get_or_none(self, path: str) -> dict[str, Any] | None:
+        return self.lease
+
+    async def create(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        if self.lease is not None:
+            raise KubeError(409, "POST", path, "exists")
+        return self._store(body)
+
+    async def request(self, method: str, path: str, body: Any = None) -> dict[str, Any]:
+        assert method == "PUT" and self.lease is not None
+        if body["metadata"]["resourceVersion"] != self.lease["metadata"]["resourceVersion"]:
+            raise KubeError(409, method, path, "conflict")
+        return self._store(body)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def elector(api: OneLease, clock: Clock, identity: str) -> LeaseElector:
+    return LeaseElector(api, "ops", "ir", identity, Timing(8, 5, 1), monotonic=clock)  # type: ignore[arg-type]
+
+
+def test_a_standby_takes_the_lease_only_after_it_went_unrenewed_for_its_duration() -> None:
+    api, clock = OneLease(), Clock()
+    a, b = elector(api, clock, "a"), elector(api, clock, "b")
+    assert asyncio.run(a.try_acquire_or_renew())
+    assert not asyncio.run(b.try_acquire_or_renew())  # b first sees the record now
+    clock.t += 7.9
+    assert not asyncio.run(b.try_acquire_or_renew())
+    assert asyncio.run(a.try_acquire_or_renew())  # renewed: b's wait starts again
+    clock.t += 7.9
+    assert not asyncio.run(b.try_acquire_or_renew())
+    clock.t += 8.1  # a is gone: 8 s without a change, on b's own clock
+    assert asyncio.run(b.try_acquire_or_renew())
+    assert api.lease is not None
+    assert api.lease["spec"]["holderIdentity"] == "b"
+    assert api.lease["spec"]["leaseTransitions"] == 1
+    assert not asyncio.run(a.try_acquire_or_renew())  # a returning does not take it back
+
+
+def test_a_released_lease_is_taken_at_once() -> None:
+    api, clock = OneLease(), Clock()
+    a, b = elector(api, clock, "a"), elector(api, clock, "b")
+    assert asyncio.run(a.try_acquire_or_renew())
+    assert not asyncio.run(b.try_acquire_or_renew())
+    asyncio.run(a.release())
+    assert asyncio.run(b.try_acquire_or_renew())
+
+
+def test_timings_that_would_allow_two_leaders_are_refused(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert Timing().problems() == []
+    assert Timing(5, 5, 1).problems() and Timing(8, 5, 5).problems()
+    with pytest.raises(SystemExit):
+        main(["operator", "-A", "--leader-elect", "--lease-duration", "4",
+              "--renew-deadline", "5"])
+    assert "renew deadline must be shorter than the lease duration" in capsys.readouterr().err
