@@ -197,6 +197,11 @@ class Sim:
     def canary(self) -> str | None:
         return self.status.canary_revision
 
+    def scale(self, replicas: int) -> None:
+        """``kubectl scale`` or an autoscaler: a new ``spec.replicas`` (a new generation)."""
+        self.body = {**self.body, "replicas": replicas}
+        self.generation += 1
+
     def release(self, model: str) -> str:
         """Change the template (a new release); returns the new revision."""
         self.body = with_model(self.body, model)
@@ -229,7 +234,7 @@ class Sim:
             revisions=dict(self.world.deployments),
             route=None if self.world.route is None else dict(self.world.route),
             measurements=measurements, evaluation=self.evaluate(), invalid=invalid,
-            deleting=deleting)
+            deleting=deleting, rollout="chat")
         d = decide(spec, self.status, obs, self.now)
         self.decisions.append(d)
         self.world.history.append(d)

@@ -105,6 +105,7 @@ class Observation:
     evaluation: EvaluationOutcome | None = None  # present when evaluation_due said so
     invalid: tuple[str, ...] = ()
     deleting: bool = False
+    rollout: str = ""  # the rollout's name (the scale subresource's selector names it)
 
 
 # --- actions ------------------------------------------------------------------------------------
