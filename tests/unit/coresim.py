@@ -102,6 +102,7 @@ class World:
             measurements=measurements,
             deleting=deleting,
             invalid=invalid,
+            rollout="chat",
         )
 
     def set_ready(self, revision: str, ready: int, unschedulable: int = 0) -> None:
