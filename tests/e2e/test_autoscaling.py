@@ -104,18 +104,21 @@ def hpa(name: str, max_replicas: int) -> dict[str, Any]:
 
 
 def in_proportion(story: Story, stable: str, canary: str) -> bool:
-    """Surge at 20%: the stable runs spec.replicas Ready pods, the canary ceil(20%) of them."""
+    """Swap at 20%: the canary runs ceil(20%) of spec.replicas as Ready pods, the stable the
+    rest."""
     n = spec_replicas(story)
     need = -(-n * 20 // 100)
     pods = pods_by_revision(story)
-    return pods.get(stable) == (n, n) and pods.get(canary) == (need, need)
+    return pods.get(stable) == (n - need, n - need) and pods.get(canary) == (need, need)
 
 
 @pytest.mark.timeout(600)
 def test_hpa_on_queue_depth_scales_both_revisions_and_a_rollback_keeps_the_count(
         given: Given, when: When, then: Then, story: Story) -> None:
-    # Given a rollout whose simulators take one request at a time, 300 ms each
+    # Given a rollout in swap mode (the canary's pods replace stable ones) whose simulators
+    # take one request at a time, 300 ms each
     manifest = given.manifest("queue", replicas=2, steps=HELD_STEPS, ttft_ms=300)
+    manifest["spec"]["capacity"] = {"mode": "swap", "maxSurge": 1}
     manifest["spec"]["template"]["spec"]["containers"][0]["args"] = [
         "--model", manifest["spec"]["template"]["spec"]["containers"][0]["args"][1],
         "--max-num-seqs", "1"]
@@ -141,7 +144,7 @@ def test_hpa_on_queue_depth_scales_both_revisions_and_a_rollback_keeps_the_count
     given.load(rate=40)
     then.status(lambda s: spec_replicas(story) >= 5, 180, "scaled up again")
     when.requested("abort")
-    # Then the stable serves everything with the full count the HPA asks for
+    # Then the stable serves everything, grown back to the full count the HPA asks for
     then.rolled_back(v1, "AbortRequested")
     then.status(lambda s: pods_by_revision(story).get(v1) == (spec_replicas(story),) * 2
                 and pods_by_revision(story).get(v2, (0, 0))[0] == 0, 120,
