@@ -4,7 +4,7 @@
 #   $IR_CACHE/crds/<name>-<version>/     Gateway API standard CRDs, InferencePool CRD
 #   $IR_CACHE/src/<name>-<version>/      generated wrapper Go modules (not the repo)
 # Idempotent: whatever is already in the cache is skipped. Versions: sandbox/versions.env.
-# Usage: sandbox/build.sh [step...]   steps: apt crds kwok sim helm helm3 etcd kubernetes (default: all)
+# Usage: sandbox/build.sh [step...]   steps: apt crds kwok sim helm helm3 etcd kubernetes prometheus_adapter (default: all)
 set -euo pipefail
 
 # shellcheck source=sandbox/lib.sh
@@ -135,6 +135,13 @@ step_helm3() {
   wrapper_build helm3 helm.sh/helm/v3 "${HELM3_VERSION}" helm.sh/helm/v3/cmd/helm "${ld}"
 }
 
+# The external-metrics API server (APIService v1beta1.external.metrics.k8s.io) that the HPA
+# controller reads vllm:num_requests_waiting through (docs/autoscaling.md).
+step_prometheus_adapter() {
+  wrapper_build prometheus-adapter sigs.k8s.io/prometheus-adapter "${PROMETHEUS_ADAPTER_VERSION}" \
+    sigs.k8s.io/prometheus-adapter/cmd/adapter
+}
+
 # etcd: the server's main package is the root of go.etcd.io/etcd/server/v3 (3.6).
 step_etcd() {
   local hash
@@ -213,11 +220,11 @@ main() {
   command -v go >/dev/null || die "go is not installed (need Go >= 1.26)"
   command -v jq >/dev/null || die "jq is not installed (apt-get install -y jq)"
   local steps=("$@")
-  ((${#steps[@]})) || steps=(apt crds kwok sim helm helm3 etcd kubernetes)
+  ((${#steps[@]})) || steps=(apt crds kwok sim helm helm3 etcd kubernetes prometheus_adapter)
   log build "cache ${IR_CACHE}; $(go version)"
   local s lock
   for s in "${steps[@]}"; do
-    declare -F "step_${s}" >/dev/null || die "unknown step ${s} (steps: apt crds kwok sim helm helm3 etcd kubernetes)"
+    declare -F "step_${s}" >/dev/null || die "unknown step ${s} (steps: apt crds kwok sim helm helm3 etcd kubernetes prometheus_adapter)"
     # One lock per step: two concurrent build.sh runs never build the same thing twice.
     lock="${IR_CACHE}/.build-${s}.lock"
     exec 9>"${lock}"

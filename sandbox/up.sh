@@ -85,6 +85,13 @@ subjectAltName=IP:127.0.0.1,IP:10.96.0.1,DNS:localhost,DNS:kubernetes,DNS:kubern
   gen_cert kube-controller-manager "/CN=system:kube-controller-manager" "${client}"
   gen_cert kube-scheduler "/CN=system:kube-scheduler" "${client}"
   gen_cert kwok-controller "/CN=kwok-controller" "${client}"
+  # the external-metrics adapter (up.d/70-metrics-adapter.sh): a client, and a loopback server
+  # named as the aggregation layer dials it (its Service name, resolved to localhost)
+  gen_cert prometheus-adapter "/CN=prometheus-adapter" "${client}"
+  gen_cert metrics-adapter-serving "/CN=metrics-adapter" 'basicConstraints=CA:FALSE
+keyUsage=critical,digitalSignature
+extendedKeyUsage=serverAuth
+subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:metrics-adapter.kube-system.svc'
   if [[ ! -s "${PKI}/sa.key" ]]; then
     openssl genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:2048 -out "${PKI}/sa.key" 2>/dev/null
     openssl pkey -in "${PKI}/sa.key" -pubout -out "${PKI}/sa.pub"
@@ -125,7 +132,7 @@ write_configs() {
   mkdir -p "${KCFG}" "${PROM_DIR}/targets" "${PROM_DIR}/data" "${IR_LOGS}" "${IR_PIDS}"
   write_kubeconfig "${IR_STATE}/kubeconfig" admin
   local c
-  for c in kube-controller-manager kube-scheduler kwok-controller; do
+  for c in kube-controller-manager kube-scheduler kwok-controller prometheus-adapter; do
     write_kubeconfig "${KCFG}/${c}.kubeconfig" "${c}"
   done
   cat >"${PROM_DIR}/prometheus.yml" <<EOF
@@ -156,6 +163,7 @@ export IR_CACHE=${IR_CACHE}
 export IR_STATE=${IR_STATE}
 export IR_GATEWAY_PORT=${GATEWAY_PORT}
 export IR_PROMETHEUS_TARGETS_DIR=${PROM_DIR}/targets
+export IR_METRICS_ADAPTER_PORT=${METRICS_ADAPTER_PORT}
 export PATH=${SBIN}:\${PATH}
 EOF
   mv "${tmp}" "${IR_STATE}/env"
@@ -270,6 +278,7 @@ start_controller_manager() {
     --cluster-signing-cert-file "${PKI}/ca.crt" \
     --cluster-signing-key-file "${PKI}/ca.key" \
     --service-cluster-ip-range "${SERVICE_CIDR}" \
+    --horizontal-pod-autoscaler-sync-period "${IR_HPA_SYNC_PERIOD:-5s}" \
     --profiling=false \
     --v=1
 }

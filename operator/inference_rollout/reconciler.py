@@ -219,6 +219,7 @@ async def _reconcile(deps: Deps, body: dict[str, Any]) -> float:
         evaluation=evaluation,
         invalid=tuple(invalid),
         deleting=deleting,
+        rollout=name,
     )
     decision = decide(spec, status, world, now)
     decided_at = time.monotonic()

@@ -102,6 +102,7 @@ class World:
             measurements=measurements,
             deleting=deleting,
             invalid=invalid,
+            rollout="chat",
         )
 
     def set_ready(self, revision: str, ready: int, unschedulable: int = 0) -> None:
@@ -199,6 +200,11 @@ class Sim:
     def canary(self) -> str | None:
         return self.status.canary_revision
 
+    def scale(self, replicas: int) -> None:
+        """``kubectl scale`` or an autoscaler: a new ``spec.replicas`` (a new generation)."""
+        self.body = {**self.body, "replicas": replicas}
+        self.generation += 1
+
     def release(self, model: str) -> str:
         """Change the template (a new release); returns the new revision."""
         self.body = with_model(self.body, model)
@@ -231,7 +237,8 @@ class Sim:
             revisions=dict(self.world.deployments),
             route=None if self.world.route is None else dict(self.world.route),
             measurements=measurements, evaluation=self.evaluate(), invalid=invalid,
-            deleting=deleting, route_acceptance=self.gateway(self) if self.gateway else None)
+            deleting=deleting, route_acceptance=self.gateway(self) if self.gateway else None,
+            rollout="chat")
         d = decide(spec, self.status, obs, self.now)
         self.decisions.append(d)
         self.world.history.append(d)

@@ -12,9 +12,11 @@ from typing import Any
 import pytest
 import yaml
 
+from inference_rollout import api
 from inference_rollout.api.spec import InferenceRolloutSpec
 from inference_rollout.budget import lint_manifest
 from inference_rollout.metrics.promql import PLACEHOLDERS
+from irsandbox.podspec import sanitize_label_name
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))  # not examples/budget/: its own tests
@@ -145,3 +147,22 @@ def test_kind_up_names_every_kind_manifest() -> None:
     script = (ROOT / "hack" / "kind-up.sh").read_text()
     named = set(re.findall(r"-f (deploy/kind/[\w.-]+\.yaml)", script))
     assert named == {f"deploy/kind/{p.name}" for p in KIND.glob("*.yaml")}
+
+
+def test_autoscaling_examples_target_the_rollout_by_its_scale_subresource() -> None:
+    """The HPA and the ScaledObject name the CRD's kind, select the rollout's pods by the label
+    Prometheus stores, and the HPA asks for the metric the adapter rule serves."""
+    folder = ROOT / "examples" / "autoscaling"
+    (hpa,) = yaml.safe_load_all((folder / "hpa-external.yaml").read_text())
+    (keda,) = yaml.safe_load_all((folder / "keda-scaledobject.yaml").read_text())
+    rules = yaml.safe_load((folder / "prometheus-adapter-rules.yaml").read_text())
+    label = sanitize_label_name(api.LABEL_ROLLOUT)
+    for target in (hpa["spec"]["scaleTargetRef"], keda["spec"]["scaleTargetRef"]):
+        assert (target["apiVersion"], target["kind"]) == (api.API_VERSION, api.KIND)
+    (metric,) = hpa["spec"]["metrics"]
+    assert metric["external"]["metric"]["name"] == rules["externalRules"][0]["name"]["as"]
+    assert metric["external"]["metric"]["selector"]["matchLabels"] == {
+        label: hpa["spec"]["scaleTargetRef"]["name"]}
+    (trigger,) = keda["spec"]["triggers"]
+    assert f'{label}="{keda["spec"]["scaleTargetRef"]["name"]}"' in trigger["metadata"]["query"]
+    assert "vllm:num_requests_waiting" in trigger["metadata"]["query"]

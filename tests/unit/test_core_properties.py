@@ -9,6 +9,7 @@ After every reconcile the invariants of DESIGN §4 are checked against what the 
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
@@ -120,12 +121,17 @@ class Run:
     rolled_back: str | None = None  # the canary whose rollback reached the route, this release
     decisions: int = 0
     crashes: int = 0
+    scaled: bool = False  # spec.replicas changed just before this reconcile
+    ready_before: dict[str, int] = field(default_factory=dict)  # Ready pods as this one began
     seen: set[str] = field(default_factory=set)  # event reasons and states reached
 
     def __post_init__(self) -> None:
+        self.parse()
+        self.metrics = [m.name for m in effective_metrics(self.spec.analysis)]
+
+    def parse(self) -> None:
         self.spec = InferenceRolloutSpec.parse(self.body)
         self.quota = self.spec.replicas + self.spec.capacity.max_surge
-        self.metrics = [m.name for m in effective_metrics(self.spec.analysis)]
 
     # the world ----------------------------------------------------------------------------
 
@@ -138,10 +144,14 @@ class Run:
             invalid=("spec.template: lint error",) if self.model in self.invalid_models else ())
 
     def apply(self, world: World, actions: Any, clamp_ready: bool = True) -> None:
-        """Apply actions one by one, checking the swap quota after each write (d)."""
+        """Apply actions one by one, checking the swap quota after each write that grows a
+        revision (d).  (With a fixed count that is every write; after a scale-down the fleet is
+        above the new quota until its shrinking writes land.)"""
         for a in actions:
+            grows = isinstance(a, EnsureRevision) and a.replicas > world.deployments.get(
+                a.revision, RevisionState(0, 0, 0)).desired
             world.apply(Decision((a,), self.status, None), clamp_ready=clamp_ready)
-            if self.spec.capacity.mode == "swap" and isinstance(a, EnsureRevision):
+            if self.spec.capacity.mode == "swap" and grows:
                 total = sum(s.desired for s in world.deployments.values())
                 assert total <= self.quota, (
                     f"(d) swap quota: {world.deployments} > {self.quota} after {a}")
@@ -161,6 +171,7 @@ class Run:
         if request:
             setattr(self.status.requests, request, True)
         before = self.status
+        self.ready_before = {rev: s.ready for rev, s in self.world.deployments.items()}
         obs = self.observe(self.measure(before, verdicts), deleting)
         measurements = obs.measurements
         d = decide(self.spec, before, obs, self.world.now)
@@ -383,12 +394,56 @@ class Run:
         elif after.canary_revision:
             assert after.phase == "Progressing"
         assert after.observed_generation == obs.generation
+        self.check_scaling(before, d, applied)
         for c in after.conditions:
             old = next((x for x in before.conditions if x.type == c.type), None)
             if old is not None and old.status == c.status:
                 assert c.last_transition_time == old.last_transition_time
 
+    def check_scaling(self, before: InferenceRolloutStatus, d: Decision,
+                      applied: tuple[Any, ...]) -> None:
+        """(i) a new replica count alone is no release and restarts no step; (j) a revision
+        the route sends traffic to keeps at least one pod, and the canary keeps the Ready pods
+        its weight needs; (k) the status reports the serving pods the writes leave."""
+        after, spec = d.status, self.spec
+        same_release = (before.canary_revision is not None and not before.aborted
+                        and template_hash(self.body["template"]) == before.canary_revision)
+        if self.scaled and same_release and not after.aborted:
+            reasons = {a.reason for a in d.actions if isinstance(a, RecordEvent)}
+            assert not reasons & {r.NEW_RELEASE, r.TEMPLATE_CHANGED, r.STEPS_CHANGED}, reasons
+            if after.canary_revision == before.canary_revision and (
+                    after.current_step == before.current_step
+                    and r.CANARY_UNAVAILABLE not in reasons):
+                assert after.step_entered_at == before.step_entered_at, "(i) step restarted"
+                assert after.canary_weight >= before.canary_weight, "(i) weight lowered"
+        if applied != d.actions:
+            return
+        route = self.world.route or {}
+        for rev, weight in route.items():
+            if weight == 0 or rev not in self.world.deployments:
+                continue
+            desired = self.world.deployments[rev].desired
+            assert desired >= 1, f"(j) {rev} carries {weight}% on no pod: {self.world.deployments}"
+            step = current_step(spec, after)
+            if rev == after.canary_revision and step is not None and step.replicas is None:
+                ready_before = self.ready_before.get(rev, 0)
+                need = math.ceil(spec.replicas * weight / 100)
+                assert desired >= min(ready_before, need), (
+                    f"(j) canary at {weight}% of {spec.replicas} cut to {desired} pods")
+        serving = {after.stable_revision, after.canary_revision} - {None}
+        assert after.replicas == sum(self.world.deployments[rev].desired for rev in serving
+                                     if rev in self.world.deployments), "(k) status.replicas"
+
     # the world moves -------------------------------------------------------------------------
+
+    def scale(self, data: st.DataObject) -> None:
+        """``kubectl scale`` or an autoscaler: a new ``spec.replicas`` now and then."""
+        self.scaled = False
+        if data.draw(st.integers(0, 5)):
+            return
+        self.body = {**self.body, "replicas": data.draw(st.integers(1, 8))}
+        self.parse()
+        self.scaled = True
 
     def settle(self, data: st.DataObject) -> None:
         """Mostly every pod becomes Ready; sometimes nothing changes; sometimes each revision
@@ -435,14 +490,18 @@ def _seconds(pause: str | None) -> float:
     return parse_duration(pause) if pause else 0.0
 
 
-def drive(run: Run, data: st.DataObject, reconciles: int, crashes: bool = False) -> None:
-    """A random run: the first revision, then random edits, readiness, verdicts and requests."""
+def drive(run: Run, data: st.DataObject, reconciles: int, crashes: bool = False,
+          scales: bool = False) -> None:
+    """A random run: the first revision, then random edits, readiness, verdicts and requests
+    (and, with ``scales``, new replica counts)."""
     run.reconcile({})
     run.world.settle()
     run.models, run.model = 2, "m2"
     run.body = with_model(run.body, run.model)
     for _ in range(reconciles):
         run.edit_template(data)
+        if scales:
+            run.scale(data)
         verdicts = {n: data.draw(st.sampled_from(KINDS + ("pass",) * 4)) for n in run.metrics}
         request = data.draw(st.sampled_from(REQUESTS)) if data.draw(
             st.integers(0, 14)) == 0 else None
@@ -531,6 +590,20 @@ def test_a_crash_between_actions_and_status_skips_and_repeats_nothing(
     stay non-decreasing within each release, every invariant holds, and the run ends promoted."""
     run = Run(body)
     drive(run, data, reconciles=25, crashes=True)
+    finish(run)
+
+
+@PROPERTY
+@given(body=specs(), data=st.data())
+def test_scaling_mid_release_keeps_every_invariant(body: dict[str, Any],
+                                                   data: st.DataObject) -> None:
+    """An autoscaler changes ``spec.replicas`` at random instants, crashes included: (a)–(h)
+    still hold, (i) no scale starts a release or restarts a step, (j) no revision with traffic
+    loses its last pod nor the canary the Ready pods its weight needs, (k) status.replicas
+    counts the serving pods, and the run still ends promoted at the last count."""
+    run = Run(body)
+    drive(run, data, reconciles=25, crashes=data.draw(st.booleans()), scales=True)
+    run.scaled = False
     finish(run)
 
 

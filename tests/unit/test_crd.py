@@ -426,7 +426,19 @@ def test_names_scope_and_version() -> None:
     assert CRD["spec"]["scope"] == "Namespaced"
     assert [v["name"] for v in CRD["spec"]["versions"]] == ["v1alpha1"]
     assert VERSION_ENTRY["served"] is True and VERSION_ENTRY["storage"] is True
-    assert VERSION_ENTRY["subresources"] == {"status": {}}
+    assert VERSION_ENTRY["subresources"] == {"status": {}, "scale": {
+        "specReplicasPath": ".spec.replicas", "statusReplicasPath": ".status.replicas",
+        "labelSelectorPath": ".status.selector"}}
+
+
+def test_scale_paths_point_at_fields_of_their_type() -> None:
+    """kubectl scale and an HPA read an integer count and a selector string at these paths."""
+    scale = VERSION_ENTRY["subresources"]["scale"]
+    types = {"specReplicasPath": "integer", "statusReplicasPath": "integer",
+             "labelSelectorPath": "string"}
+    for key, kind in types.items():
+        root, name = scale[key].lstrip(".").split(".")
+        assert SCHEMA["properties"][root]["properties"][name]["type"] == kind, key
 
 
 def test_printer_columns() -> None:

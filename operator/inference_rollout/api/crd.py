@@ -226,6 +226,24 @@ PRINTER_COLUMNS: Final[list[JSON]] = [
     {"name": "Message", "type": "string", "jsonPath": ".status.message", "priority": 1},
 ]
 
+
+
+def _json_path(root: str, model: type[BaseModel], field: str) -> str:
+    """``.spec.<field>`` / ``.status.<field>`` as the API server spells it (the field's alias)."""
+    return f".{root}.{model.model_fields[field].alias or field}"
+
+
+def scale_subresource() -> JSON:
+    """The ``scale`` subresource: ``kubectl scale``, an HPA and a KEDA ScaledObject read and
+    write the replica count through it (docs/autoscaling.md).  The paths are the models' own
+    fields, so renaming one cannot leave the subresource pointing at nothing."""
+    return {
+        "specReplicasPath": _json_path("spec", InferenceRolloutSpec, "replicas"),
+        "statusReplicasPath": _json_path("status", InferenceRolloutStatus, "replicas"),
+        "labelSelectorPath": _json_path("status", InferenceRolloutStatus, "selector"),
+    }
+
+
 DESCRIPTION: Final = (
     "InferenceRollout releases a new version of an LLM inference server (vLLM) gradually: "
     "staged traffic weights through the Gateway API, Prometheus analysis at every step, and "
@@ -445,7 +463,7 @@ def build_crd() -> JSON:
                     "name": VERSION,
                     "served": True,
                     "storage": True,
-                    "subresources": {"status": {}},
+                    "subresources": {"status": {}, "scale": scale_subresource()},
                     "additionalPrinterColumns": copy.deepcopy(PRINTER_COLUMNS),
                     "schema": {"openAPIV3Schema": open_api_schema()},
                 }

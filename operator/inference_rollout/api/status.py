@@ -116,6 +116,12 @@ class InferenceRolloutStatus(StatusModel):
     conditions: list[Condition] = Field(default_factory=list)
     message: str = ""
     requests: Requests = Field(default_factory=Requests)
+    replicas: int = Field(
+        0, description="Pods of the serving revisions (stable and canary), for the scale "
+        "subresource: what `kubectl scale` and an autoscaler read as the current count.")
+    selector: str = Field(
+        "", description="Label selector of the serving revisions' pods, for the scale "
+        "subresource (an HPA's pod metrics select by it).")
 
     @classmethod
     def parse(cls, body: dict[str, Any] | None) -> InferenceRolloutStatus:

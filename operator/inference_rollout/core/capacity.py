@@ -4,7 +4,13 @@
 (extra GPUs for the length of the release).
 ``swap``: the GPU count stays within ``replicas + maxSurge``.  Stable shrinks only by the number of
 canary pods that are already Ready, and the canary grows only into the room that leaves, so the
-fleet never loses serving capacity and never exceeds its quota.
+fleet never loses serving capacity and never exceeds its quota.  While the stable carries any
+traffic it keeps at least one pod (with ``replicas: 1`` the canary's one pod would otherwise leave
+it none while it serves 95%).
+
+``replicas`` is the count an autoscaler or ``kubectl scale`` sets (the ``scale`` subresource): every
+count here is computed from the current value, so a change mid-step re-splits the fleet at the
+step's weight (docs/autoscaling.md).
 """
 
 from __future__ import annotations
@@ -72,6 +78,7 @@ def release_pod_counts(
     canary_ready: int,
     stable_desired_now: int,
     other_pods: int = 0,
+    stable_weight: int | None = None,
 ) -> PodCounts:
     """Desired pods for stable and canary while a release is at ``step``.
 
@@ -80,13 +87,16 @@ def release_pod_counts(
     first, so every write stays within the quota (and the result does not depend on whether the
     stable's last write has been observed yet, which keeps the decision a fixed point).
     ``other_pods`` are held by revisions that are neither (they count against the swap quota
-    until they are gone).
+    until they are gone).  ``stable_weight`` is the share the stable carries once this decision's
+    route write is in place (default: the rest of the step's weight); while it is above 0 the
+    stable keeps at least one pod.
     """
     target = canary_target(spec, step)
     if spec.capacity.mode == "surge":
         return PodCounts(stable=spec.replicas, canary=target)
     quota = spec.replicas + spec.capacity.max_surge - other_pods
-    wanted = max(0, spec.replicas - min(target, canary_ready))
+    serving = (100 - step.weight if stable_weight is None else stable_weight) > 0
+    wanted = max(int(serving), spec.replicas - min(target, canary_ready))
     stable = stable_within_quota(spec, wanted, stable_desired_now, other_pods)
     room = quota - stable
     # Ready canary pods are never taken away for room (they may carry traffic).

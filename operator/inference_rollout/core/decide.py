@@ -39,6 +39,7 @@ from .capacity import (
     stable_within_quota,
 )
 from .conditions import apply_conditions, step_message
+from .scale import serving_pods, serving_selector
 from .steps import current_step, fit_index
 from .timeutil import from_iso, seconds_since, to_iso
 from .types import (
@@ -143,6 +144,8 @@ def decide(
         _reconcile_route(run)
         _note_rejection(run)
     st = run.status
+    st.replicas = serving_pods(st, world, run.actions)
+    st.selector = serving_selector(world.rollout, st)
     st.message = _message(run)
     apply_conditions(spec, st, world, now)
     requeue = min([*run.wakeups, IDLE_SECONDS])
@@ -481,23 +484,41 @@ def _progress(run: _Run) -> None:
 
 
 def _capacity_and_weight(run: _Run, step: Step) -> bool:
-    """Scale for the step and raise the weight once the canary can serve it.  True when the
-    step's weight is in place."""
-    st, spec, world = run.status, run.spec, run.world
-    assert st.canary_revision is not None and st.stable_revision is not None
-    canary = world.revisions.get(st.canary_revision)
-    stable = world.revisions.get(st.stable_revision)
+    """Raise the weight once the canary can serve it, and scale both revisions for the step at
+    the weight this call leaves (the split follows ``spec.replicas`` as it is now, so a scale by
+    an autoscaler re-splits the fleet without touching the step).  True when the step's weight
+    is in place."""
+    st = run.status
+    canary = run.world.revisions.get(st.canary_revision or "")
     ready = canary.ready if canary else 0
     if _guard_capacity(run, step, ready):
         return False
+    in_place = _raise_weight(run, step, ready)
+    if not st.aborted:
+        _scale_for_step(run, step, ready)
+    return in_place
+
+
+def _scale_for_step(run: _Run, step: Step, ready: int) -> None:
+    st, spec = run.status, run.spec
+    assert st.canary_revision is not None and st.stable_revision is not None
+    stable = run.world.revisions.get(st.stable_revision)
     counts = release_pod_counts(spec, step, ready, stable.desired if stable else spec.replicas,
-                                _other_pods(run))
+                                _other_pods(run), stable_weight=100 - st.canary_weight)
     if stable is not None and counts.stable > stable.desired:
         run.ensure(st.canary_revision, counts.canary)  # shrink first: within quota at every write
         run.ensure(st.stable_revision, counts.stable)
     else:
         run.ensure(st.stable_revision, counts.stable)
         run.ensure(st.canary_revision, counts.canary)
+
+
+def _raise_weight(run: _Run, step: Step, ready: int) -> bool:
+    """The step's weight onto the canary once its Ready pods can carry it (and nothing holds
+    it); the progress deadline rolls back a canary that does not get there.  True when the
+    weight was already in place."""
+    st, spec = run.status, run.spec
+    canary = run.world.revisions.get(st.canary_revision or "")
     if st.canary_weight >= step.weight:
         return _weight_in_force(run, step)
     if not ready_enough(spec, step, ready):
@@ -526,7 +547,7 @@ def _capacity_and_weight(run: _Run, step: Step) -> bool:
     run.event("Normal", r.STEP_WEIGHT_SET, r.STEP_WEIGHT_SET_MSG.format(
         step=st.current_step + 1 if st.current_step is not None else 0, steps=steps,
         weight=step.weight, canary=st.canary_revision))
-    if route_gate.trusted_as_written(spec, world.route_acceptance):
+    if route_gate.trusted_as_written(spec, run.world.route_acceptance):
         _start_hold(run, step)
     else:
         # The gateway's answer comes with the route's next generation: the hold starts once it

@@ -149,6 +149,7 @@ class Observation:
     deleting: bool = False
     #: The gateway's view of the route; None when it was not read (no route yet).
     route_acceptance: RouteAcceptance | None = None
+    rollout: str = ""  # the rollout's name (the scale subresource's selector names it)
 
 
 # --- actions ------------------------------------------------------------------------------------
