@@ -189,6 +189,9 @@ class Gateway:
             os.kill(pid, signal.SIGHUP)
         else:
             log.info("starting nginx on %s", self.listen)
+            # A sandbox stopped with kill -9 or a reboot leaves the sink's socket file behind, and
+            # nginx cannot bind over it ("Address already in use"); no nginx of ours runs now.
+            (self.nginx_dir / nginxconf.SINK_SOCKET).unlink(missing_ok=True)
             self.nginx = subprocess.Popen(
                 self._nginx_cmd(), stdin=subprocess.DEVNULL,
                 stdout=open(self.state / "logs" / "nginx.out", "ab"),  # noqa: SIM115

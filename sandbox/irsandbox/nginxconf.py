@@ -251,6 +251,8 @@ def resolve_services(services: list[dict[str, Any]], slices: list[dict[str, Any]
 
 
 SINK = "sink"
+#: The sink server's socket, in the nginx directory of the sandbox's state.
+SINK_SOCKET = "sink.sock"
 
 
 def weighted_servers(backends: list[BackendRes], endpoints: dict[str, PodInfo]) -> list[Server]:
@@ -385,7 +387,7 @@ def render(routes: list[RouteRes], endpoints: dict[str, PodInfo], opts: Options,
             value = pod if attr is None else getattr(info, attr)
             lines.append(f"        {_q(info.address)} {_q(value)};")
         lines.append("    }")
-    sink = f"unix:{st}/nginx/sink.sock"
+    sink = f"unix:{st}/nginx/{SINK_SOCKET}"
     n = 0
     for route in routes:
         for rule in route.rules:
