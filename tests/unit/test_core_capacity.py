@@ -175,3 +175,21 @@ def test_swap_counts_other_revisions_against_the_quota(
     got = cap.release_pod_counts(spec(4, "swap", 1), Step(weight=weight), ready, stable_now, others)
     assert got == cap.PodCounts(stable=stable, canary=canary)
     assert got.stable + got.canary + others <= 5
+
+
+@pytest.mark.parametrize(
+    ("replicas", "max_surge", "step_replicas", "target"),
+    [(1, 1, 2, 1), (2, 1, 4, 2), (4, 2, 4, 4), (4, 1, 6, 4), (3, 1, None, 3)],
+)
+def test_a_swap_canary_fits_the_quota_beside_the_stables_last_pod(
+        replicas: int, max_surge: int, step_replicas: int | None, target: int) -> None:
+    """An overdrive count written for a larger fleet, after an autoscaler scaled it down: the
+    stable keeps one pod while it serves, so the canary gets what is left of the quota (found
+    by the scaling property test: a release waited for 2 canary pods in a quota of 2)."""
+    s = spec(replicas=replicas, mode="swap", max_surge=max_surge)
+    step = Step(weight=100, replicas=step_replicas)
+    assert cap.canary_target(s, step) == target
+    counts = cap.release_pod_counts(s, step, canary_ready=0, stable_desired_now=replicas)
+    assert counts.stable + counts.canary <= replicas + max_surge
+    ready = cap.release_pod_counts(s, step, canary_ready=target, stable_desired_now=1)
+    assert cap.ready_enough(s, step, ready.canary)

@@ -27,10 +27,17 @@ def pods_for_weight(replicas: int, weight: int) -> int:
 
 
 def canary_target(spec: InferenceRolloutSpec, step: Step) -> int:
-    """The canary's pod count for a step; ``step.replicas`` overrides (deliberate overdrive)."""
-    if step.replicas is not None:
-        return step.replicas
-    return pods_for_weight(spec.replicas, step.weight)
+    """The canary's pod count for a step; ``step.replicas`` overrides (deliberate overdrive).
+
+    In swap mode the count fits the quota less the one pod the stable keeps while it serves
+    (it serves until this count is Ready): an overdrive count written for a larger fleet is cut
+    to what a fleet scaled down since can hold, never waited for until the progress deadline.
+    """
+    wanted = step.replicas if step.replicas is not None else pods_for_weight(spec.replicas,
+                                                                             step.weight)
+    if spec.capacity.mode == "swap":
+        return max(1, min(wanted, spec.replicas + spec.capacity.max_surge - 1))
+    return wanted
 
 
 def ready_enough(spec: InferenceRolloutSpec, step: Step, canary_ready: int) -> bool:
@@ -42,7 +49,7 @@ def ready_enough(spec: InferenceRolloutSpec, step: Step, canary_ready: int) -> b
 def servable_share(spec: InferenceRolloutSpec, step: Step, canary_ready: int) -> int:
     """The largest weight (percent) that ``canary_ready`` pods can carry for this step."""
     if step.replicas is not None:
-        return 100 if canary_ready >= step.replicas else 0
+        return 100 if canary_ready >= canary_target(spec, step) else 0
     return min(100, math.floor(100 * canary_ready / spec.replicas))
 
 
@@ -50,7 +57,7 @@ def carried_weight(spec: InferenceRolloutSpec, step: Step, canary_ready: int, we
     """The part of ``weight`` that ``canary_ready`` pods can carry at this step.  With an
     explicit ``step.replicas`` (overdrive) the share scales with the Ready part of that count."""
     if step.replicas is not None:
-        return min(weight, step.weight * canary_ready // step.replicas)
+        return min(weight, step.weight * canary_ready // canary_target(spec, step))
     return min(weight, servable_share(spec, step, canary_ready))
 
 
