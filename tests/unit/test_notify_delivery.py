@@ -139,8 +139,10 @@ def test_offer_returns_at_once_and_the_workers_deliver_in_the_background() -> No
             return took
 
         assert asyncio.run(go()) < 0.01
-        assert sorted(b["kind"] for b in rec.bodies("/hook")) == ["Promotion", "Rollback",
-                                                                   "Rollback"]
+        # Two workers send both notices at once: whichever reaches the receiver first gets its
+        # 503 and is sent again, so one kind arrives twice and the other once.
+        kinds = [b["kind"] for b in rec.bodies("/hook")]
+        assert sorted(kinds.count(k) for k in ("Promotion", "Rollback")) == [1, 2], kinds
 
 
 def test_the_rollout_s_event_filter_is_honoured() -> None:
