@@ -4,7 +4,7 @@
 #   $IR_CACHE/crds/<name>-<version>/     Gateway API standard CRDs, InferencePool CRD
 #   $IR_CACHE/src/<name>-<version>/      generated wrapper Go modules (not the repo)
 # Idempotent: whatever is already in the cache is skipped. Versions: sandbox/versions.env.
-# Usage: sandbox/build.sh [step...]   steps: apt crds kwok sim helm helm3 etcd kubernetes prometheus_adapter (default: all)
+# Usage: sandbox/build.sh [step...]   steps: apt crds kwok sim helm helm3 etcd kubernetes prometheus_adapter (default: all); peers (bench only)
 set -euo pipefail
 
 # shellcheck source=sandbox/lib.sh
@@ -216,6 +216,29 @@ step_kubernetes() {
   log kubernetes "built: $("$(cached_bin kube-apiserver "${v}")" --version)"
 }
 
+# --- Peers for the side-by-side benchmark (bench-only: not in the default steps) -----------------
+# Flagger's go.mod has no replace directive; Argo Rollouts' replaces every k8s.io staging module
+# (and two forks), which a wrapper module must repeat: patch_copy_replaces copies them.
+step_peers() {
+  wrapper_build flagger github.com/fluxcd/flagger "${FLAGGER_VERSION}" \
+    github.com/fluxcd/flagger/cmd/flagger
+  wrapper_build argo-rollouts-controller github.com/argoproj/argo-rollouts "${ARGO_ROLLOUTS_VERSION}" \
+    github.com/argoproj/argo-rollouts/cmd/rollouts-controller "" patch_copy_replaces
+}
+
+# patch_copy_replaces DIR MODULE VERSION: append MODULE's non-local replace directives to DIR/go.mod
+# (a dependency's replaces do not apply to the module that requires it).
+patch_copy_replaces() {
+  local src="$1" gomod
+  gomod="$(go_info "$2" "$3" | jq -r .GoMod)"
+  {
+    printf '\nreplace (\n'
+    awk '/^replace \(/{inside=1; next} inside && /^\)/{inside=0} inside && /=>/ && $NF !~ /^[.\/]/ {print}
+         /^replace [^(]/ && $NF !~ /^[.\/]/ {sub(/^replace /, "\t"); print}' "${gomod}"
+    printf ')\n'
+  } >>"${src}/go.mod"
+}
+
 main() {
   command -v go >/dev/null || die "go is not installed (need Go >= 1.26)"
   command -v jq >/dev/null || die "jq is not installed (apt-get install -y jq)"
@@ -224,7 +247,7 @@ main() {
   log build "cache ${IR_CACHE}; $(go version)"
   local s lock
   for s in "${steps[@]}"; do
-    declare -F "step_${s}" >/dev/null || die "unknown step ${s} (steps: apt crds kwok sim helm helm3 etcd kubernetes prometheus_adapter)"
+    declare -F "step_${s}" >/dev/null || die "unknown step ${s} (steps: apt crds kwok sim helm helm3 etcd kubernetes prometheus_adapter, and peers for bench/peers)"
     # One lock per step: two concurrent build.sh runs never build the same thing twice.
     lock="${IR_CACHE}/.build-${s}.lock"
     exec 9>"${lock}"
