@@ -192,6 +192,14 @@ class Then:
                            and (canary is None or s.get("canaryRevision") == canary),
                            timeout, f"canary at {weight}%")
 
+    def hold_starts(self, weight: int, timeout: float = 90,
+                    canary: str | None = None) -> dict[str, Any]:
+        """The canary carries ``weight`` and the step's hold has started: the gateway accepted
+        the route's generation (``stepStartedAt`` is empty until then, docs/operator.md)."""
+        return self.status(lambda s: s.get("canaryWeight") == weight and s.get("stepStartedAt")
+                           and (canary is None or s.get("canaryRevision") == canary),
+                           timeout, f"canary at {weight}%, its hold started")
+
     def healthy(self, revision: str | None = None, timeout: float = 120) -> dict[str, Any]:
         return self.story.release.wait_healthy(revision, timeout)
 

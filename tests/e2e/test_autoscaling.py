@@ -58,7 +58,7 @@ def test_kubectl_scale_mid_release_resplits_without_restarting_the_step(
     v1 = given.rollout("scale", replicas=2, steps=HELD_STEPS)
     when.template_changes(version="v2")
     v2 = then.canary()
-    started = then.weight_reaches(20, canary=v2)["stepStartedAt"]
+    started = then.hold_starts(20, canary=v2)["stepStartedAt"]
     # When it is scaled to 8 through the scale subresource
     kubectl(story, "scale", "ir", "scale", "-n", story.ns, "--replicas", "8")
     # Then both revisions grow (surge: stable 8, canary ceil(8 x 20%) = 2), nothing else moves
@@ -127,7 +127,7 @@ def test_hpa_on_queue_depth_scales_both_revisions_and_a_rollback_keeps_the_count
     kubectl(story, "apply", "-n", story.ns, "-f", "-", stdin=yaml.safe_dump(hpa("queue", 6)))
     when.template_changes(version="v2")
     v2 = then.canary()
-    started = then.weight_reaches(20, canary=v2)["stepStartedAt"]
+    started = then.hold_starts(20, canary=v2)["stepStartedAt"]
     # When load rises during the 20% step (about 3 requests/s per pod can be served)
     load = given.load(rate=40)
     # Then the HPA raises the count, both revisions grow in proportion, the weight holds
