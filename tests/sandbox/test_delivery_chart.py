@@ -281,13 +281,20 @@ def test_deployment_runs_locked_down() -> None:
     assert c["volumeMounts"] == [{"name": "tmp", "mountPath": "/tmp"}]
 
 
+def settings_flags(args: list[str]) -> list[str]:
+    """The flags the tenancy and notification values add: after the ports, before the leader
+    election flags (on by default: replicas 2)."""
+    end = args.index("--leader-elect") if "--leader-elect" in args else len(args)
+    return args[args.index("--metrics-port") + 2:end]
+
+
 def test_tenancy_settings_become_operator_flags() -> None:
     args = deployment(render())["spec"]["template"]["spec"]["containers"][0]["args"]
     assert "--prometheus-allow" not in args and "--confine-queries" not in args  # off by default
     docs = render("tenancy.prometheusAllow={http://prometheus.monitoring:9090,"
                   "https://thanos.example.com/tenant-a}", "tenancy.confineQueries=true")
     args = deployment(docs)["spec"]["template"]["spec"]["containers"][0]["args"]
-    assert args[args.index("--metrics-port") + 2:] == [
+    assert settings_flags(args) == [
         "--prometheus-allow", "http://prometheus.monitoring:9090",
         "--prometheus-allow", "https://thanos.example.com/tenant-a", "--confine-queries"]
 
@@ -299,7 +306,7 @@ def test_notification_settings_become_flags_and_grant_exactly_their_secrets() ->
                   "notifications.secretNames={chat-oncall}",
                   "notifications.allow={https://hooks.slack.com/services}")
     args = deployment(docs)["spec"]["template"]["spec"]["containers"][0]["args"]
-    assert args[args.index("--metrics-port") + 2:] == [
+    assert settings_flags(args) == [
         "--notify-secret", "inference-rollout-notifications",
         "--notify-allow", "https://hooks.slack.com/services"]
     (rule,) = [r for r in all_rules(docs) if "secrets" in r["resources"]]
