@@ -50,7 +50,7 @@ def test_a_canary_that_breaks_json_is_rolled_back_before_any_traffic(
     assert ev["stableScore"] == 100.0 and 65.0 <= ev["canaryScore"] <= 75.0, ev
     assert f"{ev['canaryScore']:.1f}" in st["message"] and "100.0" in st["message"]
     assert st["canaryWeight"] == 0
-    then.route_is({v1: 100, st["canaryRevision"]: 0})
+    then.route_becomes({v1: 100, st["canaryRevision"]: 0})
     events = story.release.events()
     assert any(e.startswith("EvaluationFailed: ") and "100.0" in e for e in events), events
     assert not any(e.startswith("StepWeightSet") for e in events), events
