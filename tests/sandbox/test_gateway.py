@@ -78,6 +78,7 @@ def test_weight_changes_drop_no_requests(kit, namespace):
     host = stable_and_canary(kit, namespace, (90, 10), replicas=(1, 1),
                              stable_ann=sim(itl_ms=5), canary_ann=sim(itl_ms=5))
     programmed: list[tuple[float, dict[str, int]]] = []
+    changing: list[tuple[float, float]] = []  # (weights written, reload programmed)
 
     async def main():
         loop = asyncio.get_running_loop()
@@ -90,11 +91,13 @@ def test_weight_changes_drop_no_requests(kit, namespace):
         for at, w in ((2, (50, 50)), (5, (0, 100)), (8, (100, 0))):
             await asyncio.sleep(max(0.0, t0 + at - loop.time()))
             weights = {"chat-stable": w[0], "chat-canary": w[1]}
+            requested = loop.time() - t0
             await asyncio.to_thread(kit.set_weights, namespace, "chat", weights)
             await asyncio.to_thread(
                 kit.wait_programmed, namespace, "chat", {"chat-stable": 1, "chat-canary": 1}
             )
             programmed.append((loop.time() - t0, weights))
+            changing.append((requested, loop.time() - t0))
         # Load for at least 12 s and 3 s past the last change, however slow the machine is.
         await asyncio.sleep(max(t0 + 12 - loop.time(), 3.0))
         stop.set()
@@ -106,7 +109,11 @@ def test_weight_changes_drop_no_requests(kit, namespace):
         f"streamed requests, {report.failed} failed, {report.retried} retried, "
         f"{report.by_revision}"
     )
-    assert report.requests >= 700
+    # Each reload had requests in flight through it (the test's point), however slow the
+    # machine; a total count floor here failed at load 8 (415 requests at a p50 of 3.5 s).
+    for begin, end in changing:
+        spanning = [r for r in report.results if r.started < end and r.started + r.latency > begin]
+        assert len(spanning) >= 5, (begin, end, len(spanning))
     assert report.failed == 0, report.errors
     assert report.unrouted == 0
     last_change = programmed[-1][0]
@@ -131,8 +138,14 @@ def test_streaming_latency_per_revision_through_the_gateway(kit, namespace):
     by_rev = {rev: [r for r in report.results if r.revision == rev] for rev in ("stable", "canary")}
     ttft = {rev: statistics.median(r.ttft for r in rs) for rev, rs in by_rev.items()}
     itl = {rev: statistics.median(x for r in rs for x in r.itls) for rev, rs in by_rev.items()}
-    assert 0.015 <= ttft["stable"] <= 0.1 and 0.24 <= ttft["canary"] <= 0.4, ttft
-    assert itl["stable"] < 0.012 and 0.015 <= itl["canary"] <= 0.04, itl
+    # The simulators' delays are floors (a busy machine only adds to them, to both revisions
+    # alike), so the bounds are the floors and the gap between the revisions, not ceilings: a
+    # ceiling here failed at load 7 on two cores (stable 0.27 s for a 20 ms TTFT).
+    assert ttft["stable"] >= 0.015 and ttft["canary"] >= 0.24, ttft
+    assert ttft["canary"] - ttft["stable"] >= 0.15, ttft  # configured gap: 230 ms
+    # (tokens can arrive two to a read, so the stable's 2 ms ITL has no floor at the client)
+    assert itl["canary"] >= 0.015, itl
+    assert itl["canary"] - itl["stable"] >= 0.01, itl  # configured gap: 18 ms
 
 
 def test_business_metric_per_revision_reaches_prometheus(kit, namespace):
@@ -223,6 +236,10 @@ def test_inference_pool_backend(kit, namespace):
     report = asyncio.run(
         run_load(kit.gateway_url, host=host, model="llama", rate=0, requests=200, concurrency=8)
     )
-    assert report.failed == 0 and time.monotonic() - t0 < 30
+    # Failed once in CI (8 of 200, kinds not recorded) and never in 25 local runs: the failures
+    # name their kind, status, pod and instant, so the next one explains itself.
+    assert report.failed == 0, [(r.error, r.status, r.pod, round(r.started, 3))
+                                for r in report.results if r.error]
+    assert time.monotonic() - t0 < 30
     # evenly (a reload for other tests' changes restarts nginx's round robin: about half)
     assert set(report.by_revision) == {"a", "b"} and abs(report.by_revision["a"] - 100) <= 5

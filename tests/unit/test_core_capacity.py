@@ -102,7 +102,8 @@ def test_surge_keeps_stable_and_adds_canary(replicas: int, weight: int, ready: i
         (1, 100, 2, 2, 2, 3),
         (1, 100, 3, 2, 1, 4),
         (1, 100, 3, 1, 1, 4),
-        (1, 100, 4, 1, 0, 4),
+        # ... but keeps its last pod until promotion: a rollback's warm pod (the quota kept it)
+        (1, 100, 4, 1, 1, 4),
         # a larger surge lets more canary pods start before stable shrinks
         (2, 50, 0, 4, 4, 2),
         (2, 100, 0, 4, 4, 2),

@@ -984,8 +984,7 @@ def test_promotion_never_rescales_the_revision_it_retires() -> None:
     sim, old, new = in_release(capacity={"mode": "swap", "maxSurge": 1},
                                strategy={**steps(100), "scaleDownDelay": "0s"})
     sim.run_until(at_step(0, 100))
-    assert sim.world.deployments[old].desired == 0
-    sim.world.set_ready(new, 3)  # a canary pod crashed: the step's scaling would regrow stable
+    assert sim.world.deployments[old].desired == 1  # its warm pod, kept until promotion
     sim.advance(2)
     d = sim.reconcile(promote=True)
     assert sim.stable == new
@@ -1029,3 +1028,25 @@ def test_a_promotion_repeated_after_a_lost_status_write_does_not_recreate_the_ol
         sim.body, generation=sim.generation, measurements=sim.measure()), sim.now)
     assert again.status == d.status
     assert not [a for a in again.actions if isinstance(a, EnsureRevision) and a.revision == old]
+
+
+@pytest.mark.parametrize("how", ["template", "abort"])
+def test_a_swap_release_at_100_percent_goes_back_to_a_stable_with_a_pod(how: str) -> None:
+    """A manual 100% step in swap mode, every GPU on the canary: a template change (which
+    abandons the canary) or a rollback sends all traffic back to the stable in one write, so the
+    stable must still have a pod then (regression found by the scaling property test: the stable
+    had been drained to 0 and took 100% on no pod while the abandoned canary held the quota)."""
+    sim, old, new = in_release(capacity={"mode": "swap", "maxSurge": 1},
+                               strategy={**steps({"weight": 100, "manual": True}),
+                                         "abortScaleDownDelay": "1m"})
+    sim.run_until(at_step(0, 100))
+    sim.run(30)
+    assert sim.world.deployments[old].desired == 1  # the warm pod a rollback goes back to
+    assert sim.world.deployments[new].desired == 4  # the quota's rest: 4 + maxSurge 1 - 1
+    if how == "template":
+        sim.release("m3")
+        sim.reconcile()
+    else:
+        sim.reconcile(abort=True)
+    assert sim.world.route is not None and sim.world.route.get(old) == 100
+    assert sim.world.deployments[old].desired >= 1 and sim.world.deployments[old].ready >= 1

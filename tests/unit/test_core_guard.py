@@ -64,16 +64,30 @@ def test_a_partial_loss_keeps_the_share_the_ready_pods_carry() -> None:
 
 
 def test_traffic_is_not_moved_onto_a_stable_without_ready_pods() -> None:
-    """Swap mode at 100%: the stable has given its GPUs to the canary, so lowering the canary's
-    weight would send users to nothing."""
+    """Swap mode at 100%: the stable kept one warm pod; if that pod is not Ready either,
+    lowering the canary's weight would send users to nothing."""
     sim, old, new = in_release(capacity={"mode": "swap", "maxSurge": 1},
                                strategy=steps((100, "1h")))
     sim.run_until(at_step(0, 100))
-    assert sim.world.deployments[old].ready == 0
+    assert sim.world.deployments[old].desired == 1
+    sim.world.set_ready(old, 0)
     sim.world.set_ready(new, 3)
     sim.advance(5)
     d = sim.reconcile(settle=False)
     assert d.status.canary_weight == 100 and r.CANARY_UNAVAILABLE not in events(d)
+
+
+def test_a_canary_at_100_percent_that_loses_a_pod_gives_its_share_to_the_warm_stable_pod() -> None:
+    """Swap mode at 100%: the stable's warm pod (kept until promotion) takes the share the
+    canary's Ready pods can no longer carry, as at any other step."""
+    sim, old, new = in_release(capacity={"mode": "swap", "maxSurge": 1},
+                               strategy=steps((100, "1h")))
+    sim.run_until(at_step(0, 100))
+    assert sim.world.deployments[old].ready == 1
+    sim.world.set_ready(new, 3)
+    sim.advance(5)
+    d = sim.reconcile(settle=False)
+    assert d.status.canary_weight == 75 and r.CANARY_UNAVAILABLE in events(d)
 
 
 def test_steps_shortened_mid_release_continue_at_a_step_that_still_exists() -> None:

@@ -4,9 +4,11 @@
 (extra GPUs for the length of the release).
 ``swap``: the GPU count stays within ``replicas + maxSurge``.  Stable shrinks only by the number of
 canary pods that are already Ready, and the canary grows only into the room that leaves, so the
-fleet never loses serving capacity and never exceeds its quota.  While the stable carries any
-traffic it keeps at least one pod (with ``replicas: 1`` the canary's one pod would otherwise leave
-it none while it serves 95%).
+fleet never loses serving capacity and never exceeds its quota.  The stable keeps at least one pod
+until the release is promoted, also at a 100% step: a rollback, or a template change that
+abandons the canary, sends all traffic back to the stable in one write, and that write must find
+a warm pod (a stable at zero would take 100% on no pod for a model load's time).  The swap quota
+already reserves that pod: the canary's count is cut to ``replicas + maxSurge - 1``.
 
 ``replicas`` is the count an autoscaler or ``kubectl scale`` sets (the ``scale`` subresource): every
 count here is computed from the current value, so a change mid-step re-splits the fleet at the
@@ -29,9 +31,10 @@ def pods_for_weight(replicas: int, weight: int) -> int:
 def canary_target(spec: InferenceRolloutSpec, step: Step) -> int:
     """The canary's pod count for a step; ``step.replicas`` overrides (deliberate overdrive).
 
-    In swap mode the count fits the quota less the one pod the stable keeps while it serves
-    (it serves until this count is Ready): an overdrive count written for a larger fleet is cut
-    to what a fleet scaled down since can hold, never waited for until the progress deadline.
+    In swap mode the count fits the quota less the one pod the stable keeps until promotion
+    (a rollback's warm pod, see the module docstring): an overdrive count written for a larger
+    fleet is cut to what a fleet scaled down since can hold, never waited for until the progress
+    deadline.
     """
     wanted = step.replicas if step.replicas is not None else pods_for_weight(spec.replicas,
                                                                              step.weight)
@@ -85,7 +88,6 @@ def release_pod_counts(
     canary_ready: int,
     stable_desired_now: int,
     other_pods: int = 0,
-    stable_weight: int | None = None,
 ) -> PodCounts:
     """Desired pods for stable and canary while a release is at ``step``.
 
@@ -94,16 +96,13 @@ def release_pod_counts(
     first, so every write stays within the quota (and the result does not depend on whether the
     stable's last write has been observed yet, which keeps the decision a fixed point).
     ``other_pods`` are held by revisions that are neither (they count against the swap quota
-    until they are gone).  ``stable_weight`` is the share the stable carries once this decision's
-    route write is in place (default: the rest of the step's weight); while it is above 0 the
-    stable keeps at least one pod.
+    until they are gone).  The stable keeps at least one pod (see the module docstring).
     """
     target = canary_target(spec, step)
     if spec.capacity.mode == "surge":
         return PodCounts(stable=spec.replicas, canary=target)
     quota = spec.replicas + spec.capacity.max_surge - other_pods
-    serving = (100 - step.weight if stable_weight is None else stable_weight) > 0
-    wanted = max(int(serving), spec.replicas - min(target, canary_ready))
+    wanted = max(1, spec.replicas - min(target, canary_ready))
     stable = stable_within_quota(spec, wanted, stable_desired_now, other_pods)
     room = quota - stable
     # Ready canary pods are never taken away for room (they may carry traffic).

@@ -504,7 +504,7 @@ def _scale_for_step(run: _Run, step: Step, ready: int) -> None:
     assert st.canary_revision is not None and st.stable_revision is not None
     stable = run.world.revisions.get(st.stable_revision)
     counts = release_pod_counts(spec, step, ready, stable.desired if stable else spec.replicas,
-                                _other_pods(run), stable_weight=100 - st.canary_weight)
+                                _other_pods(run))
     if stable is not None and counts.stable > stable.desired:
         run.ensure(st.canary_revision, counts.canary)  # shrink first: within quota at every write
         run.ensure(st.stable_revision, counts.stable)
