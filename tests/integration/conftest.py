@@ -147,23 +147,6 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrometheusL
 
 
 @pytest.fixture(scope="session")
-def apiserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """A real etcd + kube-apiserver on loopback with the InferenceRollout and HTTPRoute CRDs
-    (tests/integration/kube_apiserver.py).  Missing binaries FAIL the test, naming the fix."""
-    from tests.integration import kube_apiserver
-
-    try:
-        server = kube_apiserver.start(tmp_path_factory.mktemp("apiserver"))
-    except FileNotFoundError as e:
-        pytest.fail(str(e), pytrace=False)
-    try:
-        kube_apiserver.install_crds(server)
-        yield server
-    finally:
-        server.stop()
-
-
-@pytest.fixture(scope="session")
 def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
     """etcd + kube-apiserver with the InferenceRollout and Gateway API HTTPRoute CRDs (see
     :mod:`irsandbox.control_plane`).  Missing binaries fail: `bash sandbox/build.sh`."""

@@ -7,8 +7,8 @@ import copy
 from typing import Any
 
 import pytest
-from tests.integration.kube_apiserver import ApiServer
 
+from irsandbox.control_plane import ControlPlane
 from irsandbox.manifests import inference_rollout
 
 pytestmark = pytest.mark.integration
@@ -30,8 +30,9 @@ def with_metric(metric: dict[str, Any], route_status: str | None = None) -> dict
                 route_status="Required"),
     with_metric({"name": "s", "template": "gateway-traffic-share", "max": 2, "minSamples": 2000}),
 ])
-def test_valid_gateway_settings_are_stored(apiserver: ApiServer, doc: dict[str, Any]) -> None:
-    with apiserver.client() as c:
+def test_valid_gateway_settings_are_stored(control_plane: ControlPlane,
+                                           doc: dict[str, Any]) -> None:
+    with control_plane.client() as c:
         r = c.post(PATH, json=doc)
     assert r.status_code == 201, r.text
 
@@ -47,8 +48,8 @@ def test_valid_gateway_settings_are_stored(apiserver: ApiServer, doc: dict[str, 
      "spec.traffic.gatewayAPI.routeStatus"),
 ])
 def test_invalid_gateway_settings_are_rejected_naming_the_field(
-        apiserver: ApiServer, doc: dict[str, Any], message: str) -> None:
-    with apiserver.client() as c:
+        control_plane: ControlPlane, doc: dict[str, Any], message: str) -> None:
+    with control_plane.client() as c:
         r = c.post(PATH, json=doc)
     assert r.status_code == 422, r.text
     assert message in r.json()["message"], r.json()["message"]

@@ -1,4 +1,4 @@
-"""The operator reads the route's status on a REAL API server (tests/integration/kube_apiserver.py):
+"""The operator reads the route's status on a REAL API server (irsandbox.control_plane):
 the test plays the gateway, writing the HTTPRoute's status subresource as a conformant Gateway
 API implementation does (Accepted / ResolvedRefs per parent, with observedGeneration), and plays
 the Deployment controller (readiness).  The operator is :func:`reconcile`, called directly.
@@ -18,13 +18,14 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from tests.integration.kube_apiserver import ApiServer, kube_configuration
+from tests.integration.rollout_world import kube_for
 
 from inference_rollout.api import reasons as r
 from inference_rollout.core.revision import template_hash
 from inference_rollout.core.types import RecordEvent
-from inference_rollout.kube import Kube, ns_path, rollout_path
+from inference_rollout.kube import ns_path, rollout_path
 from inference_rollout.reconciler import Deps, reconcile
+from irsandbox.control_plane import ControlPlane
 from irsandbox.manifests import container, inference_rollout
 
 pytestmark = pytest.mark.integration
@@ -37,9 +38,9 @@ CONTROLLER = "traefik.io/gateway-controller"
 class Operator:
     """The reconciler against the API server, one namespace, one rollout named ``chat``."""
 
-    def __init__(self, server: ApiServer, namespace: str) -> None:
+    def __init__(self, cp: ControlPlane, namespace: str) -> None:
         self.ns = namespace
-        self.kube = Kube(kube_configuration(server))
+        self.kube = kube_for(cp)
         self.events: list[RecordEvent] = []
         self.loop = asyncio.new_event_loop()
 
@@ -119,12 +120,12 @@ class Operator:
 
 
 @pytest.fixture()
-def op(apiserver: ApiServer) -> Iterator[Operator]:
+def op(control_plane: ControlPlane) -> Iterator[Operator]:
     ns = f"route-status-{uuid.uuid4().hex[:6]}"
-    with apiserver.client() as c:
+    with control_plane.client() as c:
         assert c.post("/api/v1/namespaces",
                       json={"metadata": {"name": ns}}).status_code == 201
-    op = Operator(apiserver, ns)
+    op = Operator(control_plane, ns)
     try:
         yield op
     finally:
