@@ -251,8 +251,10 @@ class Then:
 
 
 def fresh_namespace(cluster: Cluster, prefix: str) -> Iterator[str]:
-    """A new namespace ``<prefix>-<random>``, deleted afterwards (a fixture's body)."""
+    """A new namespace ``<prefix>-<random>``, deleted afterwards (a fixture's body); its own
+    operator has stopped by then, so its rollouts' deletions are finished for it."""
     ns = f"{prefix}-{uuid.uuid4().hex[:6]}"
     cluster.create_namespace(ns)
     yield ns
     cluster.delete_namespace(ns)
+    assert not cluster.finish_deletions(ns), f"namespace {ns} still Terminating"

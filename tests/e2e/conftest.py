@@ -38,6 +38,9 @@ def operator_process(cluster: Cluster) -> Iterator[OperatorProcess]:
     op.start()
     yield op
     op.stop()
+    # A namespace deleted just before the operator stopped keeps its rollouts' finalizers
+    left = cluster.finish_deletions(f"{prefix}-")
+    assert not left, f"namespaces still Terminating after release-finalizers: {left}"
 
 
 @pytest.fixture(scope="session")

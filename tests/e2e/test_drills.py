@@ -48,6 +48,7 @@ def drill_operator(cluster: Cluster, hooks: Receiver) -> Iterator[OperatorProces
     yield op
     targets.unlink(missing_ok=True)
     op.stop()
+    assert not cluster.finish_deletions("drl-"), "drill namespaces still Terminating"
 
 
 @pytest.fixture()

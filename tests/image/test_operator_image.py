@@ -123,6 +123,8 @@ def install(cluster: Cluster) -> Iterator[Install]:
         finally:
             cluster.delete_namespace(inst.watched)
             cluster.delete_namespace(inst.release_ns)
+            # the operator (podman) stopped first: finish its rollouts' deletions as a user would
+            assert not cluster.finish_deletions(inst.watched), "watched namespace Terminating"
 
 
 def service_account_files(cluster: Cluster, inst: Install, directory: Path) -> Path:
