@@ -15,6 +15,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import common  # noqa: F401  (the operator export and sandbox/ on the path)
 import yaml
 
 from irsandbox.cluster import Cluster, ignore_status
