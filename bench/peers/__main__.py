@@ -39,6 +39,8 @@ from typing import Any
 from breach_to_rollback import Probe
 from common import OPERATOR_COMMIT, Bench, RouteObserver, machine, save
 
+from irsandbox.common import wait_for
+
 from . import flagger as fl
 from .lanes import FlaggerLane, Lane, OursLane, Settings, our_manifest
 from .measure import LoadRecorder, PodCounter, ProcSampler
@@ -112,6 +114,7 @@ def run_lane(lane: Lane, sc: Scenario, i: int, s: Settings, observer: RouteObser
         time.sleep(2 * s.interval_s)  # the stable answers before the release
         pods.start()
         proc.start()
+        wait_for(lambda: pods.polls > 0, 30, "the first LIST of pods", tolerate=())
         row.released_at = time.time()
         lane.release(sc.changes)
         watch(lane, sc, row, probe, prom, s)

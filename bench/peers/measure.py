@@ -84,6 +84,7 @@ class PodCounter(Background):
     pod_seconds: float = 0.0
     seen: dict[str, float] = field(default_factory=dict)  # pod -> first seen (epoch s)
     current: int = 0
+    polls: int = 0
 
     def _run(self) -> None:
         deadline = time.monotonic() + self.max_seconds
@@ -103,6 +104,7 @@ class PodCounter(Background):
             self.current, last = len(live), now
             for name in live:
                 self.seen.setdefault(name, now)
+            self.polls += 1
             self._stop.wait(self.period)
 
 
