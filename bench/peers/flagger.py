@@ -21,7 +21,17 @@ import yaml
 from irsandbox.cluster import Cluster, ignore_status
 from irsandbox.common import free_port, state_dir, wait_for
 
-VERSION = "v1.36.1"
+
+def _pinned(name: str) -> str:
+    """A version pinned in sandbox/versions.env (what ``sandbox/build.sh peers`` built)."""
+    env = Path(__file__).resolve().parents[2] / "sandbox" / "versions.env"
+    for line in env.read_text().splitlines():
+        if line.startswith(f"{name}="):
+            return line.split("=", 1)[1].strip().strip('"')
+    raise SystemExit(f"{env} pins no {name}")
+
+
+VERSION = _pinned("FLAGGER_VERSION")
 MODULE = f"github.com/fluxcd/flagger@{VERSION}"
 GROUP, API = "flagger.app", "v1beta1"
 
