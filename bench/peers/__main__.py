@@ -27,13 +27,15 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import math
 import os
 import statistics
 import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
 from typing import Any
 
 from breach_to_rollback import Probe
@@ -185,6 +187,7 @@ def table(rows: list[Row], s: Settings) -> list[str]:
     figures: list[tuple[str, str, Any]] = [
         ("bad", "breach visible → 100 % stable (s)", lambda r: r.breach_to_stable_s),
         ("bad", "requests answered by the bad canary", lambda r: r.canary_answers),
+        ("bad", "release → controller reports rolled back (s)", lambda r: r.wall_s),
         ("good", f"good release wall time (s; holds sum {holds} s)", lambda r: r.wall_s),
         ("all", "pods created (model loads)", lambda r: r.pods_created),
         ("all", "pod-seconds beyond the replicas", lambda r: r.pod_seconds_extra),
@@ -219,7 +222,15 @@ def main() -> None:
     p.add_argument("--interval", type=int, default=10, help="analysis interval = step hold, s")
     p.add_argument("--rate", type=float, default=10, help="load per lane, req/s")
     p.add_argument("--keep", action="store_true", help="keep the namespaces")
+    p.add_argument("--table", metavar="JSON", help="print the table of a saved result and exit")
     args = p.parse_args()
+    if args.table:
+        saved = json.loads(Path(args.table).read_text())
+        names = {f.name for f in fields(Row)}
+        rows = [Row(**{k: v for k, v in r.items() if k in names}) for r in saved["rows"]]
+        print("\n".join(table(rows, Settings(**{**saved["settings"],
+                                                "steps": tuple(saved["settings"]["steps"])}))))
+        return
     scenarios = [SCENARIOS[n] for n in args.scenarios.split(",")]
     s = Settings(interval_s=args.interval, steps=(5, 20, 50), rate=args.rate, replicas=1, gpus=1)
     tag = f"{int(time.time()) % 100000}"
