@@ -103,7 +103,8 @@ class Row:
 def run_lane(lane: Lane, sc: Scenario, i: int, s: Settings, observer: RouteObserver,
              prom: str) -> Row:
     row = Row(lane.kind, sc.name, i)
-    name = f"{'fl' if lane.kind == 'flagger' else 'ir'}{sc.name[0]}{i}"
+    # fl/ir + the scenario's last word's initial (t, g, e) + the run
+    name = f"{'fl' if lane.kind == 'flagger' else 'ir'}{sc.name.split('-')[-1][0]}{i}"
     manifest = our_manifest(name, prom, s, sc.analysis, sc.metrics)
     probe = Probe.of(manifest, s.interval_s, sc.metric)
     lane.create(name, manifest, (probe.metric, probe.window, probe.min_samples))
