@@ -91,7 +91,8 @@ class Row:
 
     @property
     def breach_to_stable_s(self) -> float | None:
-        if self.visible_at is None or self.rollback_at is None:
+        """None unless rolled back (a promotion also ends with 100 % on ``<name>-primary``)."""
+        if self.outcome != "rolled back" or self.visible_at is None or self.rollback_at is None:
             return None
         return self.rollback_at - self.visible_at
 
@@ -129,7 +130,8 @@ def run_lane(lane: Lane, sc: Scenario, i: int, s: Settings, observer: RouteObser
         load.stop()
         pods.stop()
         proc.stop()
-    row.rollback_at = rollback_seen(observer, name, lane.stable_backend, row.released_at)
+    if row.outcome == "rolled back":
+        row.rollback_at = rollback_seen(observer, name, lane.stable_backend, row.released_at)
     answered = load.between(row.released_at, end)
     row.answers = len(answered)
     canary = [a for a in answered if lane.is_canary_pod(a.pod)]
@@ -185,20 +187,31 @@ def median(values: list[float]) -> float:
 def table(rows: list[Row], s: Settings) -> list[str]:
     """One line per scenario and figure: each controller's median and ours / Flagger."""
     holds = len(s.steps) * s.interval_s
+    outcome_cells: dict[tuple[str, str], str] = {}
     figures: list[tuple[str, str, Any]] = [
         ("bad", "breach visible → 100 % stable (s)", lambda r: r.breach_to_stable_s),
-        ("bad", "requests answered by the bad canary", lambda r: r.canary_answers),
-        ("bad", "release → controller reports rolled back (s)", lambda r: r.wall_s),
+        ("bad", "requests answered by the bad canary pods (until promoted, if promoted)",
+         lambda r: r.canary_answers),
+        ("bad", "release → controller reports rolled back (s)",
+         lambda r: r.wall_s if r.outcome == "rolled back" else None),
         ("good", f"good release wall time (s; holds sum {holds} s)", lambda r: r.wall_s),
         ("all", "pods created (model loads)", lambda r: r.pods_created),
         ("all", "pod-seconds beyond the replicas", lambda r: r.pod_seconds_extra),
         ("all", "controller CPU seconds", lambda r: r.cpu_s),
         ("all", "controller peak RSS (MiB)", lambda r: r.rss_max_mib),
     ]
+    for sc in dict.fromkeys(r.scenario for r in rows):
+        for ctl in ("inference-rollout", "flagger"):
+            mine = [r for r in rows if r.scenario == sc and r.controller == ctl]
+            outcomes = {o: sum(1 for r in mine if r.outcome == o)
+                        for o in dict.fromkeys(r.outcome for r in mine)}
+            outcome_cells[(sc, ctl)] = ", ".join(f"{n} {o}" for o, n in outcomes.items())
     out = ["| scenario | figure | inference-rollout (median, each) | Flagger (median, each) "
            "| ours / Flagger |", "|---|---|---|---|---|"]
     for sc in dict.fromkeys(r.scenario for r in rows):
         bad = SCENARIOS[sc].bad
+        out.append(f"| {sc} | outcomes | {outcome_cells[(sc, 'inference-rollout')]} | "
+                   f"{outcome_cells[(sc, 'flagger')]} | |")
         for kind, label, get in figures:
             if (kind == "bad" and not bad) or (kind == "good" and bad):
                 continue
@@ -215,6 +228,17 @@ def table(rows: list[Row], s: Settings) -> list[str]:
     return out
 
 
+def saved_table(paths: list[str]) -> list[str]:
+    """The table of one or more saved runs, their rows pooled (their settings must agree)."""
+    saved = [json.loads(Path(p).read_text()) for p in paths]
+    if any(d["settings"] != saved[0]["settings"] for d in saved):
+        raise SystemExit("these runs have different settings: " + ", ".join(paths))
+    names = {f.name for f in fields(Row)}
+    rows = [Row(**{k: v for k, v in r.items() if k in names}) for d in saved for r in d["rows"]]
+    s = saved[0]["settings"]
+    return table(rows, Settings(**{**s, "steps": tuple(s["steps"])}))
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--runs", type=int, default=3, help="runs of each scenario")
@@ -223,14 +247,11 @@ def main() -> None:
     p.add_argument("--interval", type=int, default=10, help="analysis interval = step hold, s")
     p.add_argument("--rate", type=float, default=10, help="load per lane, req/s")
     p.add_argument("--keep", action="store_true", help="keep the namespaces")
-    p.add_argument("--table", metavar="JSON", help="print the table of a saved result and exit")
+    p.add_argument("--table", metavar="JSON", nargs="+",
+                   help="print the table of saved results (same settings, rows pooled) and exit")
     args = p.parse_args()
     if args.table:
-        saved = json.loads(Path(args.table).read_text())
-        names = {f.name for f in fields(Row)}
-        rows = [Row(**{k: v for k, v in r.items() if k in names}) for r in saved["rows"]]
-        print("\n".join(table(rows, Settings(**{**saved["settings"],
-                                                "steps": tuple(saved["settings"]["steps"])}))))
+        print("\n".join(saved_table(args.table)))
         return
     scenarios = [SCENARIOS[n] for n in args.scenarios.split(",")]
     s = Settings(interval_s=args.interval, steps=(5, 20, 50), rate=args.rate, replicas=1, gpus=1)
