@@ -19,7 +19,8 @@ import common  # noqa: F401  (the operator export and sandbox/ on the path)
 import yaml
 
 from irsandbox.cluster import Cluster, ignore_status
-from irsandbox.common import free_port, state_dir, wait_for
+from irsandbox.common import free_port, wait_for
+from irsandbox.harness import OperatorProcess
 
 
 def _pinned(name: str) -> str:
@@ -66,57 +67,31 @@ def install_crds(cluster: Cluster) -> None:
         cluster.wait_crd_established(name)
 
 
-class FlaggerProcess:
-    """The flagger binary against the sandbox API server, watching ``namespace`` only."""
+class FlaggerProcess(OperatorProcess):
+    """The flagger binary against the sandbox API server, watching ``namespace`` only: the
+    harness' controller process (log under ``.sandbox/logs``, ready on ``/healthz``, stopped
+    with SIGTERM) with Flagger's command line; its ``-port`` serves ``/healthz``."""
 
     def __init__(self, env: dict[str, str], namespace: str) -> None:
-        self.env, self.namespace = env, namespace
-        self.port = free_port()
-        self.log_path = state_dir() / "logs" / f"flagger-{namespace}.log"
-        self.proc: subprocess.Popen[bytes] | None = None
+        port = free_port()
+        super().__init__(env, log_name=f"flagger-{namespace}", namespaces=[namespace],
+                         metrics_port=port, liveness_port=port, service_proxy=False)
+        self.namespace = namespace
 
     def command(self) -> list[str]:
         return [str(binary()), "-kubeconfig", self.env["KUBECONFIG"],
                 "-mesh-provider", "gatewayapi:v1",
                 "-metrics-server", self.env["PROMETHEUS_URL"],
-                "-namespace", self.namespace, "-port", str(self.port),
+                "-namespace", self.namespace, "-port", str(self.liveness_port),
                 "-log-level", "info", "-enable-config-tracking=false"]
 
-    def start(self) -> None:
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with self.log_path.open("ab") as log:
-            self.proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT)
-        wait_for(self._ready, 30, f"flagger on :{self.port} (log {self.log_path})",
-                 interval=0.5, tolerate=())
-
-    def _ready(self) -> bool:
-        if self.proc is None or self.proc.poll() is not None:
-            raise RuntimeError(f"flagger exited; see {self.log_path}:\n{self.tail()}")
-        import urllib.request
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/healthz", timeout=1) as r:
-                return bool(r.status == 200)
-        except OSError:
-            return False
+    def process_env(self) -> dict[str, str]:
+        return dict(os.environ)
 
     @property
     def pid(self) -> int:
         assert self.proc is not None
         return self.proc.pid
-
-    def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-
-    def tail(self, lines: int = 30) -> str:
-        if not self.log_path.exists():
-            return ""
-        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
 
 
 # --- what a Flagger user writes -----------------------------------------------------------------
