@@ -3,7 +3,7 @@ SHELL := /bin/bash
 PY ?= .venv/bin/python
 export GOTOOLCHAIN := local
 
-.PHONY: venv test unit lint sandbox-build sandbox-up sandbox-down crd demo bench bench-verdicts fuzz failover chaos
+.PHONY: venv test unit lint sandbox-build sandbox-up sandbox-down crd demo bench bench-peers bench-verdicts fuzz failover chaos
 
 venv: .venv/.installed
 .venv/.installed: pyproject.toml
@@ -48,6 +48,13 @@ bench: venv
 	$(PY) bench/rollback_latency.py
 	$(PY) bench/breach_to_rollback.py
 	$(PY) bench/scale.py --rollouts $(BENCH_SCALE)
+
+# Side by side with Flagger on a running sandbox (issue 15; needs `bash sandbox/build.sh peers`
+# once): the same bad and good releases under both controllers; table in docs/benchmarks.md §5.
+PEERS_RUNS ?= 3
+PEERS_SCENARIOS ?= bad-ttft,good,bad-errors
+bench-peers: venv
+	$(PY) -m bench.peers --runs $(PEERS_RUNS) --scenarios $(PEERS_SCENARIOS)
 
 # Verdicts at low traffic (pure, no sandbox, a few minutes on one core): the Sequential rule
 # beside the Window rule over thousands of simulated releases; table in docs/benchmarks.md.

@@ -99,9 +99,9 @@ class Probe:
     min_samples: int
 
     @classmethod
-    def of(cls, manifest: dict[str, Any], interval: float) -> Probe:
+    def of(cls, manifest: dict[str, Any], interval: float, name: str = METRIC) -> Probe:
         spec = InferenceRolloutSpec.parse(manifest["spec"])
-        metric = next(m for m in effective_metrics(spec.analysis) if m.name == METRIC)
+        metric = next(m for m in effective_metrics(spec.analysis) if m.name == name)
         assert spec.analysis.prometheus is not None and metric.max is not None
         window = format_window(window_seconds(
             metric, interval, parse_duration(spec.analysis.prometheus.scrape_interval)))

@@ -1,0 +1,202 @@
+"""One controller's lane: its namespace, its controller process, and the verbs a scenario needs
+(create a healthy release, release a new pod template, is it done, which pods are the canary),
+for our operator and for Flagger.  Both lanes get the pod template of the same sandbox rollout,
+so the same simulators answer the same load."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Any
+
+from common import Bench, ignore_status
+
+from inference_rollout.metrics.measure import Queries, build_queries
+from inference_rollout.metrics.promql import Revision, regex_escape
+from irsandbox.cluster import Cluster
+from irsandbox.manifests import sandbox_rollout, with_template
+
+from . import flagger as fl
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What both controllers are given alike."""
+
+    interval_s: int
+    steps: tuple[int, ...]  # canary weights before 100
+    rate: float
+    replicas: int
+    gpus: int
+    progress_deadline_s: int = 60
+
+
+@dataclass(frozen=True)
+class FlaggerPods(Revision):
+    """Flagger's canary pods: the target Deployment's, ``<name>-<hash>-<suffix>`` (its primary's
+    are ``<name>-primary-…`` and do not match)."""
+
+    @property
+    def pod_regex(self) -> str:
+        return regex_escape(self.rollout) + "-[a-z0-9]+-[a-z0-9]+"
+
+
+def our_manifest(name: str, prometheus: str, s: Settings, analysis: dict[str, Any],
+                 metrics: list[dict[str, Any]]) -> dict[str, Any]:
+    hold = f"{s.interval_s}s"
+    return sandbox_rollout(
+        name, prometheus=prometheus, replicas=s.replicas, gpus=s.gpus, metrics=metrics,
+        steps=[*({"weight": w, "pause": hold} for w in s.steps), {"weight": 100}],
+        analysis={"interval": hold, **analysis},
+        progress_deadline=f"{s.progress_deadline_s}s")
+
+
+class Lane:
+    """A controller in a namespace of its own; ``kind`` names it in the table."""
+
+    kind = ""
+
+    def __init__(self, bench: Bench, settings: Settings) -> None:
+        self.bench, self.s = bench, settings
+        self.ns = bench.ns
+        self.cluster: Cluster = bench.observer_client()
+        self.name = ""
+        self.host = ""
+
+    # set by subclasses per release
+    stable_backend = ""
+    stable_pod_prefix = ""
+
+    def pid(self) -> int:
+        raise NotImplementedError
+
+    def create(self, name: str, manifest: dict[str, Any], probe_queries: Any) -> None:
+        raise NotImplementedError
+
+    def release(self, changes: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    def outcome(self) -> str | None:
+        """"promoted", "rolled back", or None while the release is in progress."""
+        raise NotImplementedError
+
+    def canary_queries(self, metric: Any, window: str, min_samples: int) -> Queries | None:
+        """The value and sample-count queries over the canary's pods (None: not known yet)."""
+        raise NotImplementedError
+
+    def delete(self) -> None:
+        raise NotImplementedError
+
+    def log_tail(self) -> str:
+        raise NotImplementedError
+
+    def is_canary_pod(self, pod: str) -> bool:
+        return pod.startswith(f"{self.name}-") and not pod.startswith(self.stable_pod_prefix)
+
+
+class OursLane(Lane):
+    kind = "inference-rollout"
+
+    def __init__(self, bench: Bench, settings: Settings) -> None:
+        super().__init__(bench, settings)
+        self.rel: Any = None
+        self.stable = ""
+        self.released_at = 0.0
+
+    def start(self) -> None:
+        self.bench.op.start()
+
+    def pid(self) -> int:
+        assert self.bench.op.proc is not None
+        return self.bench.op.proc.pid
+
+    def create(self, name: str, manifest: dict[str, Any], probe_queries: Any = None) -> None:
+        self.rel = self.bench.release(manifest)
+        self.name, self.host = name, self.rel.host
+        self.rel.apply()
+        self.stable = self.rel.wait_healthy(timeout=180)["stableRevision"]
+        self.stable_backend = f"{name}-{self.stable}"
+        self.stable_pod_prefix = f"{name}-{self.stable}-"
+
+    def release(self, changes: dict[str, Any]) -> None:
+        self.rel.apply(with_template(self.rel.manifest, **changes))
+
+    def outcome(self) -> str | None:
+        st = self.rel.status()
+        if st.get("phase") == "Degraded" and st.get("aborted"):
+            return "rolled back"
+        if (st.get("phase") == "Healthy" and not st.get("canaryRevision")
+                and st.get("stableRevision") not in (None, self.stable)):
+            return "promoted"
+        return None
+
+    def canary_queries(self, metric: Any, window: str, min_samples: int) -> Queries | None:
+        """The operator's own queries for the canary revision, once the status names it."""
+        canary = self.rel.status().get("canaryRevision")
+        if not canary:
+            return None
+        return build_queries(metric, Revision(self.ns, self.name, canary), window, min_samples)
+
+    def delete(self) -> None:
+        ignore_status(404, self.cluster.delete_rollout, self.ns, self.name)
+
+    def log_tail(self) -> str:
+        return self.bench.op.tail(20)
+
+
+class FlaggerLane(Lane):
+    kind = "flagger"
+
+    def __init__(self, bench: Bench, settings: Settings) -> None:
+        super().__init__(bench, settings)
+        self.proc = fl.FlaggerProcess(bench.env, self.ns)
+        self.objects = fl.FlaggerObjects(self.cluster, self.ns)
+        self.template: dict[str, Any] = {}
+
+    def start(self) -> None:
+        fl.install_crds(self.cluster)
+        self.proc.start()
+
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def create(self, name: str, manifest: dict[str, Any], probe_queries: Any = None) -> None:
+        """The same pod template as our rollout's, a MetricTemplate per metric with our PromQL
+        for this canary's pods, and the Canary; waits until Flagger has initialised it."""
+        self.name, self.host = name, f"{name}.{self.ns}.test"
+        self.stable_backend, self.stable_pod_prefix = f"{name}-primary", f"{name}-primary-"
+        self.template = copy.deepcopy(manifest["spec"]["template"])
+        metric, window, min_samples = probe_queries
+        q = build_queries(metric, FlaggerPods(self.ns, name, ""), window, min_samples)
+        self.objects.create(fl.metric_template(
+            name, fl.guarded(q.value, q.samples, min_samples), self.bench.env["PROMETHEUS_URL"]))
+        self.objects.create(fl.deployment(name, self.template, self.s.replicas))
+        self.objects.create(fl.canary(name, self.host, self.s.interval_s, list(self.s.steps),
+                                      name, metric.max, self.s.progress_deadline_s))
+        self.objects.wait_phase(name, ("Initialized",), 180, self.proc.tail)
+
+    def release(self, changes: dict[str, Any]) -> None:
+        m = with_template({"spec": {"template": self.template}}, **changes)
+        self.template = m["spec"]["template"]
+        self.objects.set_template(self.name, self.template)
+
+    def outcome(self) -> str | None:
+        phase = self.objects.status(self.name).get("phase")
+        return {"Succeeded": "promoted", "Failed": "rolled back"}.get(str(phase))
+
+    def canary_queries(self, metric: Any, window: str, min_samples: int) -> Queries:
+        return build_queries(metric, FlaggerPods(self.ns, self.name, ""), window, min_samples)
+
+    def delete(self) -> None:
+        for plural in ("canaries", "metrictemplates"):
+            ignore_status(404, self.cluster.custom.delete_namespaced_custom_object, fl.GROUP,
+                          fl.API, self.ns, plural, self.name)
+        ignore_status(404, self.cluster.apps.delete_namespaced_deployment, self.name, self.ns)
+        ignore_status(404, self.cluster.apps.delete_namespaced_deployment,
+                      f"{self.name}-primary", self.ns)
+
+    def log_tail(self) -> str:
+        return self.proc.tail(20)
+
+    def stop(self) -> None:
+        self.proc.stop()
