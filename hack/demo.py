@@ -49,14 +49,14 @@ def main() -> int:
     env = sandbox_env()
     cluster = Cluster(env)
     cluster.install_crd()
+    # A previous demo's namespace: its operator has stopped, so its rollout's deletion is
+    # finished here (release-finalizers) and the namespace must be gone before it is made again
+    # (creating it while it is still Terminating "succeeds" with a 409 and then refuses objects).
     cluster.delete_namespace(NS)
-    time.sleep(2)
-    for _ in range(60):
-        try:
-            cluster.create_namespace(NS)
-            break
-        except Exception:  # the old namespace is still terminating
-            time.sleep(1)
+    if not cluster.namespace_gone(NS) and cluster.finish_deletions(NS, wait=120):
+        raise SystemExit(f"demo: namespace {NS} is still Terminating; see "
+                         "`kubectl get ns demo -o yaml` (status.conditions)")
+    cluster.create_namespace(NS)
     op = OperatorProcess(env, log_name="operator-demo", namespaces=[NS], metrics_port=18581,
                          liveness_port=18580)
     op.start()
