@@ -9,13 +9,13 @@ nothing here imports the operator.
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import json
 import math
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -119,28 +119,35 @@ class Cluster:
         return sorted(n.metadata.name for n in self.core.list_namespace().items
                       if n.metadata.name.startswith(prefix) and n.metadata.deletion_timestamp)
 
-    def finish_deletions(self, prefix: str, wait: float = 60) -> list[str]:
+    def finish_deletions(self, prefix: str, wait: float = 90) -> list[str]:
         """Namespaces ``<prefix>*`` being deleted after the operator that watched them stopped:
         their rollouts keep the finalizer and the namespace stays Terminating (later runs then
         share a sandbox full of them).  Finish them as docs/install.md's uninstall says, with
         ``inference-rollout release-finalizers`` (the operator's own cleanup, run as a user runs
-        it: a process), and wait up to ``wait`` seconds for them to go; returns those left."""
+        it: a process), until they are gone or ``wait`` seconds pass; returns those left.
+
+        Run again every few seconds, not once: the namespace controller marks a namespace's
+        rollouts for deletion some seconds after the namespace itself (pods first), and the
+        command acts only on rollouts already marked."""
         stuck = self.terminating_namespaces(prefix)
-        if not stuck:
-            return []
-        args = [a for ns in stuck for a in ("--namespace", ns)]
-        done = subprocess.run(
-            [sys.executable, "-m", "inference_rollout", "release-finalizers", *args,
-             "--kubeconfig", self.env["KUBECONFIG"]],
-            env={**os.environ,
-                 "PYTHONPATH": f"{REPO / 'operator'}:{os.environ.get('PYTHONPATH', '')}"},
-            capture_output=True, text=True, timeout=120, check=False)
-        if done.returncode != 0:
-            raise RuntimeError(f"release-finalizers {stuck}: {done.stdout}{done.stderr}")
-        with contextlib.suppress(TimeoutError):
-            wait_for(lambda: all(self.namespace_gone(ns) for ns in stuck), wait,
-                     f"namespaces {stuck} gone", interval=1)
-        return [ns for ns in stuck if not self.namespace_gone(ns)]
+        deadline = time.monotonic() + wait
+        last = ""
+        while stuck:
+            args = [a for ns in stuck for a in ("--namespace", ns)]
+            done = subprocess.run(
+                [sys.executable, "-m", "inference_rollout", "release-finalizers", *args,
+                 "--kubeconfig", self.env["KUBECONFIG"]],
+                env={**os.environ,
+                     "PYTHONPATH": f"{REPO / 'operator'}:{os.environ.get('PYTHONPATH', '')}"},
+                capture_output=True, text=True, timeout=120, check=False)
+            last = f"exit {done.returncode}: {done.stdout}{done.stderr}"
+            stuck = [ns for ns in stuck if not self.namespace_gone(ns)]
+            if not stuck or time.monotonic() >= deadline:
+                break
+            time.sleep(3)
+        if stuck:
+            print(f"namespaces {stuck} still Terminating; release-finalizers said {last}")
+        return stuck
 
     # --- rollouts ---------------------------------------------------------------------------
 
