@@ -107,6 +107,7 @@ def run_operator(args: argparse.Namespace) -> int:
     handlers.Runtime.prometheus_allow = tuple(args.prometheus_allow)
     handlers.Runtime.confine_queries = bool(args.confine_queries)
     handlers.Runtime.clusterwide = bool(args.all_namespaces)
+    handlers.Runtime.namespace_patterns = tuple(args.namespaces or ())
     handlers.Runtime.notify = Settings(allow=tuple(args.notify_allow),
                                        namespace_secret=args.notify_secret or None)
     fmt = kopf.LogFormat.JSON if args.log_format == "json" else kopf.LogFormat.PLAIN

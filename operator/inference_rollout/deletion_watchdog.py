@@ -10,7 +10,13 @@ the finalizer stays and the namespace is Terminating for ever (found by bench/, 
 docs/benchmarks.md).  Cluster-wide mode has one stream for every namespace and is not affected.
 
 So the operator remembers the namespaces it has served and, every ``SWEEP_SECONDS``, lists their
-rollouts.  One marked for deletion more than ``GRACE_SECONDS`` ago that still carries the
+rollouts.  It also covers every namespace of its ``--namespace`` patterns that is being deleted
+(explicit names as given; globs by a LIST of namespaces, which kopf's glob support needs anyway):
+a process restarted after a namespace was marked never serves that namespace's rollouts (kopf has
+already stopped watching it), and without this its rollouts kept the finalizer for ever (seen in
+the e2e tier: a namespace deleted just before the test that SIGKILLs the operator).
+
+A rollout marked for deletion more than ``GRACE_SECONDS`` ago that still carries the
 finalizer gets the delete handler's own cleanup (traffic back to stable, or nothing when the
 namespace refuses writes), and then loses the finalizer through a JSON patch that first tests
 the entry is still ours, so a concurrent kopf removal cannot make it remove another finalizer.
@@ -19,6 +25,7 @@ the entry is still ours, so a concurrent kopf removal cannot make it remove anot
 from __future__ import annotations
 
 import asyncio
+import fnmatch
 import logging
 from collections.abc import Awaitable, Callable
 from datetime import datetime
@@ -90,11 +97,36 @@ async def sweep(kube: Kube, namespaces: set[str], finalizer: str, cleanup: Clean
     return released
 
 
+def in_scope(namespace: str, patterns: tuple[str, ...]) -> bool:
+    """kopf's namespace patterns: globs, and ``!glob`` to exclude (an exclusion wins)."""
+    if any(fnmatch.fnmatchcase(namespace, p[1:]) for p in patterns if p.startswith("!")):
+        return False
+    return any(fnmatch.fnmatchcase(namespace, p) for p in patterns if not p.startswith("!"))
+
+
+def is_glob(pattern: str) -> bool:
+    return pattern.startswith("!") or any(c in pattern for c in "*?[")
+
+
+async def deleted_in_scope(kube: Kube, patterns: tuple[str, ...]) -> set[str]:
+    """The pattern's namespaces that may hold deletions kopf will not hand over: explicit names
+    as given (no API call), and, when a pattern is a glob, those being deleted now."""
+    found = {p for p in patterns if not is_glob(p)}
+    if len(found) < len(patterns):
+        listed = await kube.list_metadata("/api/v1/namespaces")
+        found |= {item["metadata"]["name"] for item in listed.get("items") or []
+                  if item["metadata"].get("deletionTimestamp")
+                  and in_scope(item["metadata"]["name"], patterns)}
+    return found
+
+
 async def run(kube: Kube, namespaces: set[str], finalizer: str, cleanup: Cleanup,
-              clock: Callable[[], datetime]) -> None:
+              clock: Callable[[], datetime], patterns: tuple[str, ...] = ()) -> None:
     while True:
         await asyncio.sleep(SWEEP_SECONDS)
         try:
+            if patterns:
+                namespaces |= await deleted_in_scope(kube, patterns)
             await sweep(kube, namespaces, finalizer, cleanup, clock())
         except Exception:  # the watchdog must outlive any one bad pass
             log.exception("deletion watchdog: sweep failed (next pass retries)")

@@ -55,6 +55,7 @@ class Runtime:
     prometheus_allow: tuple[str, ...] = ()  # --prometheus-allow (docs/security.md)
     confine_queries: bool = False  # --confine-queries (docs/security.md)
     clusterwide: bool = True  # --all-namespaces; else the deletion watchdog runs
+    namespace_patterns: tuple[str, ...] = ()  # --namespace (the watchdog's scope, with served)
     notify: Settings = Settings()  # --notify-allow, --notify-secret (docs/notifications.md)
     #: Namespaces whose rollouts this process has served (the deletion watchdog's scope).
     served_namespaces: ClassVar[set[str]] = set()
@@ -134,7 +135,7 @@ async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
     if not Runtime.clusterwide:
         Runtime.watchdog = asyncio.create_task(deletion_watchdog.run(
             Runtime.deps.kube, Runtime.served_namespaces, FINALIZER,
-            _release_before_deletion, Runtime.deps.now))
+            _release_before_deletion, Runtime.deps.now, Runtime.namespace_patterns))
 
 
 async def _release_before_deletion(body: dict[str, Any]) -> None:

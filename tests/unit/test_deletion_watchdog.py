@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+from inference_rollout import deletion_watchdog
 from inference_rollout.deletion_watchdog import GRACE_SECONDS, finalizer_removal, stuck
 
 F = "rollouts.inference.dev/finalizer"
@@ -57,3 +58,11 @@ def test_a_namespace_without_rollouts_does_not_end_the_pass() -> None:
 
     released = asyncio.run(sweep(kube, {"a", "b"}, F, cleanup, NOW))  # type: ignore[arg-type]
     assert released == [] and len(kube.listed) == 2  # both namespaces swept
+
+
+def test_in_scope_follows_kopf_patterns() -> None:
+    patterns = ("team-*", "!team-other*", "solo")
+    assert deletion_watchdog.in_scope("team-a", patterns)
+    assert deletion_watchdog.in_scope("solo", patterns)
+    assert not deletion_watchdog.in_scope("team-other-1", patterns)
+    assert not deletion_watchdog.in_scope("elsewhere", patterns)
