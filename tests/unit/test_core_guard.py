@@ -200,3 +200,43 @@ def test_a_canary_failing_within_its_limit_that_loses_its_pods_is_rolled_back() 
     d = sim.reconcile(settle=False)
     assert d.status.aborted and d.rolled_back == r.CANARY_UNAVAILABLE
     assert sim.world.route == {old: 100, new: 0}
+
+
+def test_a_scale_up_mid_step_is_not_taken_for_lost_canary_pods() -> None:
+    """Scaled from 2 to 8 at 20%: the canary needs a second pod for the new fleet, but its one
+    pod was not lost.  The weight and the hold stay while that pod starts (before, the guard cut
+    the weight to 12% and restarted the step as soon as the stable's new pods were Ready: seen
+    in the e2e autoscaling test).  A pod lost afterwards still lowers the weight."""
+    sim, old, new = in_release(replicas=2, strategy=steps((20, "1h"), 100))
+    sim.run_until(at_step(0, 20))
+    started = sim.status.step_started_at
+    assert sim.status.weight_replicas == 2
+    sim.world.auto_ready = False
+    sim.body = {**sim.body, "replicas": 8}
+    sim.reconcile(settle=False)
+    sim.world.set_ready(old, 8)  # the stable's new pods first; the canary's second still loading
+    sim.advance(5)
+    d = sim.reconcile(settle=False)
+    assert (d.status.canary_weight, d.status.step_started_at) == (20, started)
+    assert r.CANARY_UNAVAILABLE not in events(d)
+    sim.world.set_ready(new, 2)
+    sim.advance(5)
+    sim.reconcile(settle=False)
+    assert sim.status.weight_replicas == 8  # carried at the new size: it is the reference now
+    sim.world.set_ready(new, 1)  # and now a canary pod is lost
+    sim.advance(5)
+    d = sim.reconcile(settle=False)
+    assert d.status.canary_weight == 12 and r.CANARY_UNAVAILABLE in events(d)
+
+
+def test_a_canary_that_loses_its_pod_while_the_fleet_grows_still_loses_its_weight() -> None:
+    sim, old, new = in_release(replicas=2, strategy=steps((20, "1h"), 100))
+    sim.run_until(at_step(0, 20))
+    sim.world.auto_ready = False
+    sim.body = {**sim.body, "replicas": 8}
+    sim.reconcile(settle=False)
+    sim.world.set_ready(old, 8)
+    sim.world.set_ready(new, 0)
+    sim.advance(5)
+    d = sim.reconcile(settle=False)
+    assert d.status.canary_weight == 0 and r.CANARY_UNAVAILABLE in events(d)

@@ -365,13 +365,17 @@ class Run:
             ready = obs.revisions.get(after.canary_revision, RevisionState(0, 0, 0)).ready
             stable_ready = obs.revisions.get(after.stable_revision or "",
                                              RevisionState(0, 0, 0)).ready
-            stable_share = min(100, 100 * stable_ready // spec.replicas)
             # judged by the current step's rule, or by the earlier step's whose weight the
-            # canary still carries while the current step's pods come up
+            # canary still carries while the current step's pods come up; in today's fleet, or
+            # in the smaller one it last carried its weight in (a scale-up: its new pods start)
             earlier = [s_ for s_ in spec.strategy.steps if s_.weight <= after.canary_weight]
             rules = [step_now, *earlier[-1:]]
-            carried = max(carried_weight(spec, rule, ready, 100) for rule in rules)
-            assert after.canary_weight <= max(carried, 100 - stable_share), (
+            fleets = [spec] + ([spec.model_copy(update={"replicas": after.weight_replicas})]
+                               if after.weight_replicas
+                               and after.weight_replicas < spec.replicas else [])
+            bound = max(max(*(carried_weight(f, rule, ready, 100) for rule in rules),
+                            100 - min(100, 100 * stable_ready // f.replicas)) for f in fleets)
+            assert after.canary_weight <= bound, (
                 f"(h) {after.canary_weight}% on {ready} ready canary pods")
         self.record_writes(before, applied, after, d.rolled_back)
         writes = self.written.get(self.release, [])

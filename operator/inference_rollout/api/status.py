@@ -100,6 +100,11 @@ class InferenceRolloutStatus(StatusModel):
     step_started_at: str | None = Field(
         None, description="When the current step's weight was reached (its hold starts here)."
     )
+    weight_replicas: int | None = Field(
+        None, description="spec.replicas when the canary last had the Ready pods its weight "
+        "needs: the capacity guard counts lost canary pods against that fleet, so a scale-up "
+        "is not taken for lost pods (the weight holds while the canary grows).",
+    )
     last_analysis_at: str | None = None
     aborted: bool = False
     abort_reason: str | None = None

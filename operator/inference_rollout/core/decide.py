@@ -543,6 +543,7 @@ def _raise_weight(run: _Run, step: Step, ready: int) -> bool:
         _wake_for_analysis(run)
         return False
     st.canary_weight = step.weight
+    st.weight_replicas = spec.replicas
     steps = len(spec.strategy.steps)
     run.event("Normal", r.STEP_WEIGHT_SET, r.STEP_WEIGHT_SET_MSG.format(
         step=st.current_step + 1 if st.current_step is not None else 0, steps=steps,
@@ -628,13 +629,20 @@ def _guard_capacity(run: _Run, step: Step, ready: int) -> bool:
     far as the stable's Ready pods can take the rest.  The step then waits for pods again, and
     the progress deadline (counted from now) rolls the release back if they do not come."""
     st = run.status
-    # The traffic taken off the canary must land on Ready stable pods (in swap mode the stable
-    # has shrunk for the canary): never lower it below what the stable cannot take.
-    stable = run.world.revisions.get(st.stable_revision or "")
-    stable_share = min(100, 100 * (stable.ready if stable else 0) // run.spec.replicas)
-    carried = max(carried_weight(run.spec, step, ready, st.canary_weight), 100 - stable_share)
+    if carried_weight(run.spec, step, ready, st.canary_weight) >= st.canary_weight:
+        if st.canary_weight > 0:  # its own pods carry it in today's fleet: the new reference
+            st.weight_replicas = run.spec.replicas
+        return False
+    carried = _weight_carried(run, run.spec, step, ready)
     if carried >= st.canary_weight:
         return False
+    if st.weight_replicas is not None and st.weight_replicas < run.spec.replicas:
+        # Scaled up since the canary last carried its weight: its pods were not lost, the fleet
+        # grew (kubectl scale, an autoscaler).  The weight holds while the new pods start; a pod
+        # lost meanwhile still counts, against the fleet the weight was carried at.
+        before = run.spec.model_copy(update={"replicas": st.weight_replicas})
+        if _weight_carried(run, before, step, ready) >= st.canary_weight:
+            return False
     if _latest_failed(run):
         # Failing (within failureLimit) and losing its pods: no measurement at the lowered
         # weight could ever clear that failure, so the release ends here.
@@ -647,12 +655,21 @@ def _guard_capacity(run: _Run, step: Step, ready: int) -> bool:
         canary=st.canary_revision, ready=ready, weight=st.canary_weight, carried=carried,
         deadline=format_duration(run.spec.strategy.progress_deadline_seconds)))
     st.canary_weight = carried
+    st.weight_replicas = run.spec.replicas
     st.step_entered_at = to_iso(run.now)
     st.step_started_at = None
     if st.paused_reason in (r.MANUAL_STEP, r.INCONCLUSIVE_LIMIT):
         # Those waits were about the step at its full weight.
         st.paused_reason = None
     return False
+
+
+def _weight_carried(run: _Run, spec: InferenceRolloutSpec, step: Step, ready: int) -> int:
+    """The share ``ready`` canary pods carry in a fleet of ``spec.replicas``, never below what
+    the stable's Ready pods cannot take (in swap mode the stable has shrunk for the canary)."""
+    stable = run.world.revisions.get(run.status.stable_revision or "")
+    stable_share = min(100, 100 * (stable.ready if stable else 0) // spec.replicas)
+    return max(carried_weight(spec, step, ready, run.status.canary_weight), 100 - stable_share)
 
 
 def _latest_failed(run: _Run) -> bool:
