@@ -5,10 +5,11 @@ Watches HTTPRoutes (gateway.networking.k8s.io/v1), Services, EndpointSlices, Inf
 (``<state>/bridge/endpoints.json``); renders ``<state>/nginx/nginx.conf`` (see
 :mod:`irsandbox.nginxconf`), checks it with ``nginx -t`` and reloads nginx gracefully (SIGHUP:
 new workers take new connections, old ones finish their requests, nothing is dropped). After a
-reload it waits until nginx answers with the new config's version, then writes
-``<state>/gateway/state.json`` and each HTTPRoute's ``status.parents`` (Accepted, ResolvedRefs,
-with the route's ``observedGeneration``): a client that sees the route's generation there knows
-the weights of that generation are in effect.
+reload it waits until nginx answers with the new config's version and the previous config's
+workers are gone (at most 2 s: one may accept a connection until it handles the reload), then
+writes ``<state>/gateway/state.json`` and each HTTPRoute's ``status.parents`` (Accepted,
+ResolvedRefs, with the route's ``observedGeneration``): a client that sees the route's
+generation there knows the weights of that generation are in effect.
 
 nginx runs as a child in its own session with its own prefix under ``<state>/nginx``, listening on
 127.0.0.1 only, pid file ``<state>/pids/nginx.pid``. The controller stops it when it exits
@@ -65,6 +66,23 @@ def default_listen() -> str:
         u = urlparse(url)
         return f"{u.hostname or '127.0.0.1'}:{u.port or DEFAULT_GATEWAY_PORT}"
     return f"127.0.0.1:{DEFAULT_GATEWAY_PORT}"
+
+
+def workers_of(master: int) -> set[int]:
+    """The nginx master's child processes (its workers) as of now."""
+    try:
+        children = Path(f"/proc/{master}/task/{master}/children").read_text().split()
+    except OSError:
+        return set()
+    return {int(c) for c in children}
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
 
 
 def load_endpoints(path: Path) -> dict[str, PodInfo]:
@@ -185,6 +203,7 @@ class Gateway:
             return False
         write_text_atomic(self.conf, text)
         pid = self.nginx_pid()
+        old_workers = workers_of(pid) if pid else set()
         if pid:
             os.kill(pid, signal.SIGHUP)
         else:
@@ -201,6 +220,7 @@ class Gateway:
         while time.monotonic() < deadline:
             if self.healthz() == version:
                 self.version = version
+                self.wait_retired(old_workers)
                 return True
             if self.nginx is not None and self.nginx.poll() is not None:
                 log.error("nginx exited with %s; see %s", self.nginx.returncode,
@@ -210,6 +230,17 @@ class Gateway:
             time.sleep(0.02)
         log.error("nginx did not answer with config %s within 10s", version)
         return False
+
+    def wait_retired(self, old_workers: set[int], timeout: float = 2.0) -> None:
+        """The workers of the previous config gone (or ``timeout`` passed): until an old worker
+        has handled the reload it may still accept a connection and answer with the old routes
+        (seen as a 500 from a backend with no pods, just after the new config answered the
+        health check).  Old workers exit once their in-flight requests end; a long stream is
+        not waited for beyond ``timeout``."""
+        deadline = time.monotonic() + timeout
+        while old_workers and time.monotonic() < deadline:
+            old_workers = {w for w in old_workers if pid_alive(w)}
+            time.sleep(0.01)
 
     def healthz(self) -> str:
         try:
