@@ -25,11 +25,17 @@ the entry is still ours, so a concurrent kopf removal cannot make it remove anot
 from __future__ import annotations
 
 import asyncio
-import fnmatch
 import logging
 from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any
+
+# kopf's matcher, not a copy of its pattern syntax (a private module: pinned by the kopf version).
+from kopf._cogs.structs.references import (
+    NamespaceName,
+    match_namespace,
+    select_specific_namespaces,
+)
 
 from .api import GROUP, PLURAL, VERSION
 from .kube import Kube, KubeError, ns_path, rollout_path
@@ -98,20 +104,16 @@ async def sweep(kube: Kube, namespaces: set[str], finalizer: str, cleanup: Clean
 
 
 def in_scope(namespace: str, patterns: tuple[str, ...]) -> bool:
-    """kopf's namespace patterns: globs, and ``!glob`` to exclude (an exclusion wins)."""
-    if any(fnmatch.fnmatchcase(namespace, p[1:]) for p in patterns if p.startswith("!")):
-        return False
-    return any(fnmatch.fnmatchcase(namespace, p) for p in patterns if not p.startswith("!"))
-
-
-def is_glob(pattern: str) -> bool:
-    return pattern.startswith("!") or any(c in pattern for c in "*?[")
+    """Whether kopf serves ``namespace`` for these ``--namespace`` patterns: kopf's own matcher
+    (comma-separated globs, ``!glob`` exclusions; any pattern may match), so the watchdog's scope
+    is exactly what kopf watches."""
+    return any(match_namespace(NamespaceName(namespace), p) for p in patterns)
 
 
 async def deleted_in_scope(kube: Kube, patterns: tuple[str, ...]) -> set[str]:
     """The pattern's namespaces that may hold deletions kopf will not hand over: explicit names
     as given (no API call), and, when a pattern is a glob, those being deleted now."""
-    found = {p for p in patterns if not is_glob(p)}
+    found: set[str] = set(select_specific_namespaces(patterns))
     if len(found) < len(patterns):
         listed = await kube.list_metadata("/api/v1/namespaces")
         found |= {item["metadata"]["name"] for item in listed.get("items") or []

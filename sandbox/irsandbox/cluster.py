@@ -24,7 +24,7 @@ import yaml
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from .common import REPO, read_json, sandbox_env, state_dir, wait_for
+from .common import REPO, operator_pythonpath, read_json, sandbox_env, state_dir, wait_for
 
 CRD_FILE = REPO / "crds" / "rollouts.inference.dev_inferencerollouts.yaml"
 GROUP, VERSION, PLURAL = "rollouts.inference.dev", "v1alpha1", "inferencerollouts"
@@ -137,8 +137,7 @@ class Cluster:
             done = subprocess.run(
                 [sys.executable, "-m", "inference_rollout", "release-finalizers", *args,
                  "--kubeconfig", self.env["KUBECONFIG"]],
-                env={**os.environ,
-                     "PYTHONPATH": f"{REPO / 'operator'}:{os.environ.get('PYTHONPATH', '')}"},
+                env={**os.environ, "PYTHONPATH": operator_pythonpath()},
                 capture_output=True, text=True, timeout=120, check=False)
             last = f"exit {done.returncode}: {done.stdout}{done.stderr}"
             stuck = [ns for ns in stuck if not self.namespace_gone(ns)]

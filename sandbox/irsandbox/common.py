@@ -28,6 +28,12 @@ import httpx
 from kubernetes.client.exceptions import ApiException
 
 REPO = Path(__file__).resolve().parents[2]
+
+
+def operator_pythonpath() -> str:
+    """PYTHONPATH for a process that runs this checkout's operator package (``python -m
+    inference_rollout ...``), keeping the caller's own entries."""
+    return f"{REPO / 'operator'}:{os.environ.get('PYTHONPATH', '')}"
 SANDBOX_DIR = REPO / "sandbox"
 
 DEFAULT_GATEWAY_PORT = 18080

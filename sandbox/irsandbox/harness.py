@@ -18,7 +18,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from .common import REPO, state_dir, wait_for
+from .common import REPO, operator_pythonpath, state_dir, wait_for
 from .loadgen import LoadReport, run_load
 from .manifests import SIM_MODEL
 
@@ -55,7 +55,7 @@ class OperatorProcess:
     def process_env(self) -> dict[str, str]:
         """The work tree's operator package first on the path."""
         env = {**os.environ, **self.env,
-               "PYTHONPATH": f"{REPO / 'operator'}:{os.environ.get('PYTHONPATH', '')}"}
+               "PYTHONPATH": operator_pythonpath()}
         for name in self.unset_env:
             env.pop(name, None)
         return env

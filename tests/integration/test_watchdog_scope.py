@@ -33,7 +33,7 @@ def test_a_deleted_namespace_never_served_is_swept(control_plane: ControlPlane) 
             # while the real namespace controller works through it; the rollout is marked too
             await kube.request("DELETE", f"/api/v1/namespaces/{ns}")
             await kube.delete(rollout_path(ns, "chat"))
-        scope = await deletion_watchdog.deleted_in_scope(kube, ("wd-*", "!wd-other*"))
+        scope = await deletion_watchdog.deleted_in_scope(kube, ("wd-*, !wd-other*",))
 
         async def cleanup(body: dict[str, object]) -> None:
             await release_before_deletion(deps, body)  # type: ignore[arg-type]

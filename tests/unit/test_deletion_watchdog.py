@@ -61,7 +61,7 @@ def test_a_namespace_without_rollouts_does_not_end_the_pass() -> None:
 
 
 def test_in_scope_follows_kopf_patterns() -> None:
-    patterns = ("team-*", "!team-other*", "solo")
+    patterns = ("team-*, !team-other*", "solo")  # kopf syntax: exclusions within a pattern
     assert deletion_watchdog.in_scope("team-a", patterns)
     assert deletion_watchdog.in_scope("solo", patterns)
     assert not deletion_watchdog.in_scope("team-other-1", patterns)
