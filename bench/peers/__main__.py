@@ -157,7 +157,7 @@ def run_lane(lane: Lane, sc: Scenario, i: int, s: Settings, observer: RouteObser
         row.released_at = time.time()
         lane.release(sc.changes)
         watch(lane, sc, row, probe, prom, s)
-        settle = time.monotonic() + 90
+        settle = time.monotonic() + (0 if row.outcome == "no verdict" else 90)
         while pods.current > s.replicas and time.monotonic() < settle:
             time.sleep(0.5)
         end = time.time()
@@ -270,7 +270,7 @@ def table(rows: list[Row], s: Settings) -> list[str]:
             out.append(f"| {sc} | {label} | " + " | ".join(
                 f"{m:.3g} ({', '.join(f'{v:.3g}' for v in vals)})" if vals else "–"
                 for m, vals in stats.values())
-                + "".join(f" | {x:.2f}" for x in ratios) + " |")
+                + "".join(" | –" if math.isnan(x) else f" | {x:.2f}" for x in ratios) + " |")
     return out
 
 
