@@ -14,6 +14,7 @@ import base64
 import json
 import subprocess
 from collections import Counter
+from datetime import datetime
 from pathlib import Path
 
 import yaml
@@ -57,8 +58,6 @@ def kubeconfig_for(state: Path, admin_kubeconfig: str, user: str) -> Path:
 def requests_by_user(audit_log: str, start: float, end: float) -> Counter[str]:
     """Requests (ResponseComplete events) received between ``start`` and ``end`` (epoch s), by
     user name.  A watch counts once, when it ends."""
-    from common import parse_iso
-
     counts: Counter[str] = Counter()
     for p in (Path(audit_log), *sorted(Path(audit_log).parent.glob("audit-*.log"))):
         if not p.exists():
@@ -69,7 +68,10 @@ def requests_by_user(audit_log: str, start: float, end: float) -> Counter[str]:
                     e = json.loads(line)
                 except ValueError:
                     continue
-                at = parse_iso(e.get("requestReceivedTimestamp"))
-                if at is not None and start <= at <= end:
+                received = e.get("requestReceivedTimestamp")
+                if not received:
+                    continue
+                at = datetime.fromisoformat(received.replace("Z", "+00:00")).timestamp()
+                if start <= at <= end:
                     counts[e.get("user", {}).get("username", "")] += 1
     return counts
