@@ -307,7 +307,8 @@ def main() -> None:
     lanes: list[Lane] = [LANES[c](Bench(BENCH_KIND[c], args, tag=tag), s)
                          for c in args.controllers.split(",")]
     env = lanes[0].bench.env
-    for lane in lanes:  # a client identity of its own, for the audit log's count
+    for lane in lanes:  # a client identity of its own (this run's), for the audit log's count
+        lane.user = f"{lane.user}-{tag}"
         lane.use_kubeconfig(str(kubeconfig_for(Path(env["IR_STATE"]), env["KUBECONFIG"],
                                                lane.user)))
     if not env.get("IR_AUDIT_LOG"):
