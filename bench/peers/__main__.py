@@ -88,6 +88,9 @@ SCENARIOS = {s.name: s for s in (
     # ... and with Window, as the peers (one window at a time): ours alone, the peers are above
     Scenario("low-ttft-window", "w", True, {"version": "v2", "ttft_ms": 400}, "slo-ttft-p99",
              analysis=TTFT_SLO, rate=4, max_s=240, lanes=("inference-rollout",)),
+    # a good release at that rate: which controller promotes a canary it could not judge?
+    Scenario("low-good", "h", False, {"version": "v2"}, "slo-ttft-p99",
+             analysis={**TTFT_SLO, "verdicts": "Sequential"}, rate=4, max_s=240),
 )}
 
 
