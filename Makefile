@@ -49,10 +49,11 @@ bench: venv
 	$(PY) bench/breach_to_rollback.py
 	$(PY) bench/scale.py --rollouts $(BENCH_SCALE)
 
-# Side by side with Flagger on a running sandbox (issue 15; needs `bash sandbox/build.sh peers`
-# once): the same bad and good releases under both controllers; table in docs/benchmarks.md §5.
+# Side by side with Flagger and Argo Rollouts on a running sandbox (issue 15; needs
+# `bash sandbox/build.sh peers` once, and for the API-request counts a sandbox started with
+# IR_APISERVER_AUDIT=1): the same bad and good releases under each; docs/benchmarks.md §5.
 PEERS_RUNS ?= 3
-PEERS_SCENARIOS ?= bad-ttft,good,bad-errors
+PEERS_SCENARIOS ?= bad-ttft,good,bad-errors,low-ttft
 bench-peers: venv
 	$(PY) -m bench.peers --runs $(PEERS_RUNS) --scenarios $(PEERS_SCENARIOS)
 

@@ -224,6 +224,35 @@ step_peers() {
     github.com/fluxcd/flagger/cmd/flagger
   wrapper_build argo-rollouts-controller github.com/argoproj/argo-rollouts "${ARGO_ROLLOUTS_VERSION}" \
     github.com/argoproj/argo-rollouts/cmd/rollouts-controller "" patch_copy_replaces
+  argo_gatewayapi_plugin_build
+}
+
+# argo_gatewayapi_plugin_build: Argo Rollouts' Gateway API traffic-router plugin, a main package at
+# its module root, built in its own module (its go.mod and go.sum, -mod=readonly) from the Go module
+# proxy's zip or, where the proxy refuses the module (403 here for every version), from the tag in
+# a git directory named by IR_ARGO_GATEWAYAPI_PLUGIN_GIT (`git archive`, so nothing but the tag).
+argo_gatewayapi_plugin_build() {
+  local name=argo-rollouts-gatewayapi-plugin version="${ARGO_GATEWAYAPI_PLUGIN_VERSION}"
+  local module=github.com/argoproj-labs/rollouts-plugin-trafficrouter-gatewayapi
+  local out src="${IR_CACHE}/src/${name}-${version}" dir git="${IR_ARGO_GATEWAYAPI_PLUGIN_GIT:-}"
+  out="$(cached_bin "${name}" "${version}")"
+  if have_all "${out}"; then
+    log "${name}" "cached ${out}"
+    return
+  fi
+  rm -rf "${src}" && mkdir -p "${src}"
+  if dir="$(go_info "${module}" "${version}" 2>/dev/null | jq -er .Dir)"; then
+    cp -r "${dir}/." "${src}/" && chmod -R u+w "${src}"
+  elif [[ -n "${git}" ]]; then
+    log "${name}" "the module proxy does not serve ${module}@${version}; using ${git}"
+    git -C "${git}" archive "${version}" | tar -x -C "${src}"
+  else
+    die "the Go module proxy does not serve ${module}@${version}: set IR_ARGO_GATEWAYAPI_PLUGIN_GIT to a git clone of https://${module} holding the tag"
+  fi
+  log "${name}" "compiling ${module}@${version}"
+  (cd "${src}" && go build -mod=readonly "${GO_BUILD_FLAGS[@]}" -ldflags "-s -w" -o "${out}.tmp" .)
+  mv "${out}.tmp" "${out}"
+  log "${name}" "built ${out}"
 }
 
 # patch_copy_replaces DIR MODULE VERSION: append MODULE's non-local replace directives to DIR/go.mod

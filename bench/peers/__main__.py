@@ -1,17 +1,20 @@
-"""Side by side: the same releases under Flagger and under our operator, on the running sandbox.
+"""Side by side: the same releases under our operator, Flagger and Argo Rollouts, on the running
+sandbox.
 
     .venv/bin/python -m bench.peers [--runs 3] [--scenarios bad-ttft,good] [--interval 10]
-                                     [--rate 10]
+        [--rate 10] [--controllers inference-rollout,flagger,argo-rollouts]
 
-Each controller gets a namespace of its own (``bench-peer-ours-*``, ``bench-peer-flagger-*``) and
-a process watching only it: our operator (the last commit's export, as the other benchmarks) and
-``flagger-v1.36.1`` (``-mesh-provider gatewayapi:v1``, the sandbox's Prometheus).  For every run
-of every scenario both lanes run at the same time, each on a fresh object: a healthy release (the
-same sandbox pod template: one simulated vLLM replica, 1 GPU), ``--rate`` req/s through the
-sandbox gateway to its host, then a new pod template.  Steps 5/20/50/100 held one interval each
-(Flagger: ``stepWeights`` [5, 20, 50], one check per interval; ours: a ``pause`` of one interval),
-one metric with the same PromQL, threshold, window and sample guard, rollback at the first
-failing check.  Measured from outside (docs/benchmarks.md §5):
+Each controller gets a namespace of its own (``bench-peer-ours-*``, ``bench-peer-flagger-*``,
+``bench-peer-argo-*``) and a process watching only it: our operator (the last commit's export, as
+the other benchmarks), ``flagger-v1.36.1`` (``-mesh-provider gatewayapi:v1``) and
+``argo-rollouts-controller-v1.10.1`` (``--namespaced``, the Gateway API plugin from a local file).
+For every run of every scenario the lanes run at the same time, each on a fresh object: a healthy
+release (the same sandbox pod template: one simulated vLLM replica, 1 GPU), ``--rate`` req/s
+(a scenario may set its own) through the sandbox gateway to its host, then a new pod template.
+Steps 5/20/50/100 held one interval each (Flagger: ``stepWeights`` [5, 20, 50], one check per
+interval; Argo: ``setWeight`` + ``pause`` of one interval, background analysis every interval;
+ours: a ``pause`` of one interval), one metric with the same PromQL, threshold, window and sample
+guard, rollback at the first failing check.  Measured from outside (docs/benchmarks.md §5):
 
 * breach visible → route 100 % on stable: the breach as bench/breach_to_rollback.py sees it (our
   PromQL for the canary's pods, every 250 ms), the route from a 20 ms LIST of the namespace's
@@ -20,7 +23,11 @@ failing check.  Measured from outside (docs/benchmarks.md §5):
 * wall time of a good release (to the controller's "done") against the sum of its holds;
 * pods created (model loads) and pod-seconds beyond the steady replicas, from the release until
   the namespace is back to its replicas;
-* each controller process's CPU seconds and peak RSS over the run (``/proc``).
+* each controller process's CPU seconds and peak RSS over the run (``/proc``; Argo's with its
+  plugin process);
+* the API-server requests each controller made from the release until settled: each runs with
+  a client certificate of its own, counted in the audit log of a sandbox started with
+  ``IR_APISERVER_AUDIT=1`` (:mod:`identity`; without it the figure is left out).
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ import os
 import statistics
 import time
 import traceback
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -43,31 +51,54 @@ from common import OPERATOR_COMMIT, Bench, RouteObserver, machine, save
 
 from irsandbox.common import wait_for
 
+from . import argo
 from . import flagger as fl
-from .lanes import FlaggerLane, Lane, OursLane, Settings, our_manifest
+from .identity import kubeconfig_for, requests_by_user
+from .lanes import ArgoLane, FlaggerLane, Lane, OursLane, Settings, our_manifest
 from .measure import LoadRecorder, PodCounter, ProcSampler
 
 
 @dataclass(frozen=True)
 class Scenario:
     name: str
+    code: str  # in the objects' names: <lane prefix><code><run>
     bad: bool
     changes: dict[str, Any]  # irsandbox.manifests.with_template keywords
     metric: str  # the metric's name in our rollout
     analysis: dict[str, Any] = field(default_factory=dict)
     metrics: list[dict[str, Any]] = field(default_factory=list)
+    rate: float | None = None  # req/s per lane; None: --rate
+    max_s: float | None = None  # no verdict by then (from the release): "no verdict"
+    lanes: tuple[str, ...] = ()  # only these controllers (default: all)
 
 
-SCENARIOS = {
+TTFT_SLO = {"slo": {"ttftP99": "100ms"}}
+SCENARIOS = {s.name: s for s in (
     # time to first token 400 ms against an SLO of 100 ms: 4x the limit on every request
-    "bad-ttft": Scenario("bad-ttft", True, {"version": "v2", "ttft_ms": 400}, "slo-ttft-p99",
-                         analysis={"slo": {"ttftP99": "100ms"}}),
-    "good": Scenario("good", False, {"version": "v2"}, "slo-ttft-p99",
-                     analysis={"slo": {"ttftP99": "100ms"}}),
+    Scenario("bad-ttft", "t", True, {"version": "v2", "ttft_ms": 400}, "slo-ttft-p99",
+             analysis=TTFT_SLO),
+    Scenario("good", "g", False, {"version": "v2"}, "slo-ttft-p99", analysis=TTFT_SLO),
     # 5 % of the requests fail (the simulator's failure injection) against 1 %
-    "bad-errors": Scenario("bad-errors", True, {"version": "v2", "failure_rate": 5}, "errors",
-                           metrics=[{"name": "errors", "template": "error-rate", "max": 0.01}]),
-}
+    Scenario("bad-errors", "e", True, {"version": "v2", "failure_rate": 5}, "errors",
+             metrics=[{"name": "errors", "template": "error-rate", "max": 0.01}]),
+    # bad-ttft at 4 req/s: the 5 % canary gets 0.2 req/s, 2 requests per 10 s window (fewer
+    # than the guard's 3). Ours with its default, Sequential (evidence since the step began) ...
+    Scenario("low-ttft", "l", True, {"version": "v2", "ttft_ms": 400}, "slo-ttft-p99",
+             analysis={**TTFT_SLO, "verdicts": "Sequential"}, rate=4, max_s=240),
+    # ... and with Window, as the peers (one window at a time): ours alone, the peers are above
+    Scenario("low-ttft-window", "w", True, {"version": "v2", "ttft_ms": 400}, "slo-ttft-p99",
+             analysis=TTFT_SLO, rate=4, max_s=240, lanes=("inference-rollout",)),
+    # a good release at that rate: which controller promotes a canary it could not judge?
+    Scenario("low-good", "h", False, {"version": "v2"}, "slo-ttft-p99",
+             analysis={**TTFT_SLO, "verdicts": "Sequential"}, rate=4, max_s=240),
+)}
+
+
+OURS = "inference-rollout"
+CONTROLLERS = (OURS, "flagger", "argo-rollouts")
+NAMES = {OURS: "inference-rollout", "flagger": "Flagger", "argo-rollouts": "Argo Rollouts"}
+LANES: dict[str, type[Lane]] = {OURS: OursLane, "flagger": FlaggerLane, "argo-rollouts": ArgoLane}
+BENCH_KIND = {OURS: "peer-ours", "flagger": "peer-flagger", "argo-rollouts": "peer-argo"}
 
 
 @dataclass
@@ -87,6 +118,7 @@ class Row:
     pod_seconds_extra: float = 0.0
     cpu_s: float = 0.0
     rss_max_mib: float = 0.0
+    api_requests: int | None = None
     error: str = ""
 
     @property
@@ -100,16 +132,22 @@ class Row:
     def wall_s(self) -> float | None:
         return None if self.done_at is None else self.done_at - self.released_at
 
+    @property
+    def release_to_stable_s(self) -> float | None:
+        """Release → route 100 % on stable (a rollback; also when the breach never showed)."""
+        if self.outcome != "rolled back" or self.rollback_at is None:
+            return None
+        return self.rollback_at - self.released_at
+
 
 def run_lane(lane: Lane, sc: Scenario, i: int, s: Settings, observer: RouteObserver,
              prom: str) -> Row:
     row = Row(lane.kind, sc.name, i)
-    # fl/ir + the scenario's last word's initial (t, g, e) + the run
-    name = f"{'fl' if lane.kind == 'flagger' else 'ir'}{sc.name.split('-')[-1][0]}{i}"
+    name = f"{lane.prefix}{sc.code}{i}"
     manifest = our_manifest(name, prom, s, sc.analysis, sc.metrics)
     probe = Probe.of(manifest, s.interval_s, sc.metric)
     lane.create(name, manifest, (probe.metric, probe.window, probe.min_samples))
-    load = LoadRecorder(lane.bench.env["GATEWAY_URL"], lane.host, s.rate)
+    load = LoadRecorder(lane.bench.env["GATEWAY_URL"], lane.host, sc.rate or s.rate)
     pods = PodCounter(cluster=lane.cluster, namespace=lane.ns, prefix=f"{name}-",
                       max_seconds=900)
     proc = ProcSampler(pid=lane.pid(), max_seconds=900)
@@ -122,7 +160,7 @@ def run_lane(lane: Lane, sc: Scenario, i: int, s: Settings, observer: RouteObser
         row.released_at = time.time()
         lane.release(sc.changes)
         watch(lane, sc, row, probe, prom, s)
-        settle = time.monotonic() + 90
+        settle = time.monotonic() + (0 if row.outcome == "no verdict" else 90)
         while pods.current > s.replicas and time.monotonic() < settle:
             time.sleep(0.5)
         end = time.time()
@@ -139,6 +177,9 @@ def run_lane(lane: Lane, sc: Scenario, i: int, s: Settings, observer: RouteObser
     row.pods_created = sum(1 for t in pods.seen.values() if t >= row.released_at)
     row.pod_seconds_extra = pods.pod_seconds - s.replicas * (end - row.released_at)
     row.cpu_s, row.rss_max_mib = proc.cpu, proc.rss_max_mib
+    audit = lane.bench.env.get("IR_AUDIT_LOG")
+    if audit:
+        row.api_requests = requests_by_user(audit, row.released_at, end)[lane.user]
     lane.delete()
     return row
 
@@ -146,7 +187,7 @@ def run_lane(lane: Lane, sc: Scenario, i: int, s: Settings, observer: RouteObser
 def watch(lane: Lane, sc: Scenario, row: Row, probe: Probe, prom: str, s: Settings) -> None:
     """Every 250 ms until the controller reports the outcome: the breach in Prometheus (a bad
     release), the outcome once a second."""
-    deadline = time.monotonic() + 4 * s.progress_deadline_s + 20 * s.interval_s
+    deadline = time.monotonic() + (sc.max_s or 4 * s.progress_deadline_s + 20 * s.interval_s)
     last_status = 0.0
     queries = None
     while time.monotonic() < deadline:
@@ -167,6 +208,9 @@ def watch(lane: Lane, sc: Scenario, row: Row, probe: Probe, prom: str, s: Settin
                 row.outcome, row.done_at = outcome, time.time()
                 return
         time.sleep(max(0.0, 0.25 - (time.time() - at)))
+    if sc.max_s:
+        row.outcome = "no verdict"
+        return
     row.outcome = "timeout"
     raise TimeoutError(f"{lane.kind} {lane.name}: no outcome\n{lane.log_tail()}")
 
@@ -185,46 +229,52 @@ def median(values: list[float]) -> float:
 
 
 def table(rows: list[Row], s: Settings) -> list[str]:
-    """One line per scenario and figure: each controller's median and ours / Flagger."""
+    """One line per scenario and figure: each controller's median (each run in brackets) and
+    ours / each peer."""
     holds = len(s.steps) * s.interval_s
-    outcome_cells: dict[tuple[str, str], str] = {}
     figures: list[tuple[str, str, Any]] = [
         ("bad", "breach visible → 100 % stable (s)", lambda r: r.breach_to_stable_s),
+        ("bad", "release → 100 % stable (s)", lambda r: r.release_to_stable_s),
         ("bad", "requests answered by the bad canary pods (until promoted, if promoted)",
          lambda r: r.canary_answers),
         ("bad", "release → controller reports rolled back (s)",
          lambda r: r.wall_s if r.outcome == "rolled back" else None),
-        ("good", f"good release wall time (s; holds sum {holds} s)", lambda r: r.wall_s),
+        ("good", f"good release wall time to promoted (s; holds sum {holds} s)",
+         lambda r: r.wall_s if r.outcome == "promoted" else None),
         ("all", "pods created (model loads)", lambda r: r.pods_created),
         ("all", "pod-seconds beyond the replicas", lambda r: r.pod_seconds_extra),
         ("all", "controller CPU seconds", lambda r: r.cpu_s),
         ("all", "controller peak RSS (MiB)", lambda r: r.rss_max_mib),
+        ("all", "API-server requests (audit log)", lambda r: r.api_requests),
     ]
+    ctls = [c for c in CONTROLLERS if any(r.controller == c for r in rows)]
+    peers = [c for c in ctls if c != OURS]
+    out = ["| scenario | figure | " + " | ".join(f"{NAMES[c]} (median, each)" for c in ctls)
+           + "".join(f" | ours / {NAMES[p]}" for p in peers) + " |",
+           "|---|---|" + "---|" * (len(ctls) + len(peers))]
     for sc in dict.fromkeys(r.scenario for r in rows):
-        for ctl in ("inference-rollout", "flagger"):
-            mine = [r for r in rows if r.scenario == sc and r.controller == ctl]
-            outcomes = {o: sum(1 for r in mine if r.outcome == o)
-                        for o in dict.fromkeys(r.outcome for r in mine)}
-            outcome_cells[(sc, ctl)] = ", ".join(f"{n} {o}" for o, n in outcomes.items())
-    out = ["| scenario | figure | inference-rollout (median, each) | Flagger (median, each) "
-           "| ours / Flagger |", "|---|---|---|---|---|"]
-    for sc in dict.fromkeys(r.scenario for r in rows):
+        mine = {c: [r for r in rows if r.scenario == sc and r.controller == c] for c in ctls}
+        cells = []
+        for c in ctls:
+            outcomes = Counter(r.outcome for r in mine[c])
+            cells.append(", ".join(f"{n} {o}" for o, n in outcomes.items()) or "–")
+        out.append(f"| {sc} | outcomes | " + " | ".join(cells) + " |" + " |" * len(peers))
         bad = SCENARIOS[sc].bad
-        out.append(f"| {sc} | outcomes | {outcome_cells[(sc, 'inference-rollout')]} | "
-                   f"{outcome_cells[(sc, 'flagger')]} | |")
         for kind, label, get in figures:
             if (kind == "bad" and not bad) or (kind == "good" and bad):
                 continue
-            cells = []
-            for ctl in ("inference-rollout", "flagger"):
-                vals = [get(r) for r in rows if r.scenario == sc and r.controller == ctl
-                        and not r.error]
+            stats = {}
+            for c in ctls:
+                vals = [get(r) for r in mine[c] if not r.error]
                 vals = [float(v) for v in vals if v is not None]
-                cells.append((median(vals), vals))
-            ratio = cells[0][0] / cells[1][0] if cells[1][0] else math.nan
+                stats[c] = (median(vals), vals)
+            if all(not v for _, v in stats.values()):
+                continue
+            ratios = [stats[OURS][0] / stats[p][0] if stats[p][0] else math.nan for p in peers]
             out.append(f"| {sc} | {label} | " + " | ".join(
-                f"{m:.3g} ({', '.join(f'{v:.3g}' for v in vals)})" for m, vals in cells)
-                + f" | {ratio:.2f} |")
+                f"{m:.3g} ({', '.join(f'{v:.3g}' for v in vals)})" if vals else "–"
+                for m, vals in stats.values())
+                + "".join(" | –" if math.isnan(x) else f" | {x:.2f}" for x in ratios) + " |")
     return out
 
 
@@ -246,6 +296,8 @@ def main() -> None:
                    help=f"comma-separated, of {', '.join(SCENARIOS)}")
     p.add_argument("--interval", type=int, default=10, help="analysis interval = step hold, s")
     p.add_argument("--rate", type=float, default=10, help="load per lane, req/s")
+    p.add_argument("--controllers", default=",".join(CONTROLLERS),
+                   help=f"comma-separated, of {', '.join(CONTROLLERS)}")
     p.add_argument("--keep", action="store_true", help="keep the namespaces")
     p.add_argument("--table", metavar="JSON", nargs="+",
                    help="print the table of saved results (same settings, rows pooled) and exit")
@@ -256,52 +308,66 @@ def main() -> None:
     scenarios = [SCENARIOS[n] for n in args.scenarios.split(",")]
     s = Settings(interval_s=args.interval, steps=(5, 20, 50), rate=args.rate, replicas=1, gpus=1)
     tag = f"{int(time.time()) % 100000}"
-    ours = OursLane(Bench("peer-ours", args, tag=tag), s)
-    flg = FlaggerLane(Bench("peer-flagger", args, tag=tag), s)
-    lanes: list[Lane] = [ours, flg]
-    prom = ours.bench.env["PROMETHEUS_URL"]
+    lanes: list[Lane] = [LANES[c](Bench(BENCH_KIND[c], args, tag=tag), s)
+                         for c in args.controllers.split(",")]
+    env = lanes[0].bench.env
+    for lane in lanes:  # a client identity of its own (this run's), for the audit log's count
+        lane.user = f"{lane.user}-{tag}"
+        lane.use_kubeconfig(str(kubeconfig_for(Path(env["IR_STATE"]), env["KUBECONFIG"],
+                                               lane.user)))
+    if not env.get("IR_AUDIT_LOG"):
+        print("no audit log (start the sandbox with IR_APISERVER_AUDIT=1): API-server requests "
+              "per controller are not counted", flush=True)
+    prom = env["PROMETHEUS_URL"]
     observers = {lane.kind: RouteObserver(lane.bench.observer_client(), lane.ns, period=0.02,
                                           max_seconds=7200) for lane in lanes}
     rows: list[Row] = []
     loads: list[float] = []
     started = time.time()
     try:
-        ours.start()
-        flg.start()
-        print(f"flagger log {flg.proc.log_path}", flush=True)
+        for lane in lanes:
+            lane.start()
+            print(f"{lane.kind} log {lane.controller().log_path}", flush=True)
         for o in observers.values():
             o.start()
         for sc in scenarios:
+            these = [lane for lane in lanes if not sc.lanes or lane.kind in sc.lanes]
             for i in range(args.runs):
                 loads.append(os.getloadavg()[0])
-                with ThreadPoolExecutor(2) as pool:
+                with ThreadPoolExecutor(len(these)) as pool:
                     futures = {lane.kind: pool.submit(guarded_run, lane, sc, i, s,
                                                       observers[lane.kind], prom)
-                               for lane in lanes}
+                               for lane in these}
                 for kind, fut in futures.items():
                     row = fut.result()
                     rows.append(row)
                     print(f"  {sc.name} #{i} {kind}: {row.outcome} "
-                          f"breach→stable {fmt(row.breach_to_stable_s)} s, canary answered "
+                          f"breach→stable {fmt(row.breach_to_stable_s)} s, release→stable "
+                          f"{fmt(row.release_to_stable_s)} s, canary answered "
                           f"{row.canary_answers} ({row.canary_errors} errors), wall "
                           f"{fmt(row.wall_s)} s, pods {row.pods_created}, extra pod-s "
                           f"{row.pod_seconds_extra:.0f}, cpu {row.cpu_s:.2f} s, rss "
-                          f"{row.rss_max_mib:.0f} MiB {row.error[:200]}", flush=True)
+                          f"{row.rss_max_mib:.0f} MiB, api {row.api_requests} "
+                          f"{row.error[:200]}", flush=True)
     finally:
         for o in observers.values():
             o.stop()
-        flg.stop()
         for lane in lanes:
+            if lane.kind != OURS:
+                lane.controller().stop()
             lane.bench.finish(args.keep)
     lines = table(rows, s)
-    result = {"operator_commit": OPERATOR_COMMIT, "flagger": fl.VERSION, "machine": machine(),
+    result = {"operator_commit": OPERATOR_COMMIT, "flagger": fl.VERSION, "argo_rollouts":
+              argo.VERSION, "argo_gatewayapi_plugin": argo.PLUGIN_VERSION, "machine": machine(),
               "settings": asdict(s), "args": vars(args), "duration_s": time.time() - started,
               "loadavg_1m_at_runs": loads, "table": lines,
               "rows": [asdict(r) | {"breach_to_stable_s": r.breach_to_stable_s,
+                                    "release_to_stable_s": r.release_to_stable_s,
                                     "wall_s": r.wall_s} for r in rows]}
     path = save("peers", result)
     print()
-    print(f"operator {OPERATOR_COMMIT[:12]}, flagger {fl.VERSION}, interval {s.interval_s}s, "
+    print(f"operator {OPERATOR_COMMIT[:12]}, flagger {fl.VERSION}, argo-rollouts {argo.VERSION} "
+          f"(gatewayAPI plugin {argo.PLUGIN_VERSION}), interval {s.interval_s}s, "
           f"steps {list(s.steps)}, {s.rate:g} req/s, load avg {loads}")
     print("\n".join(lines))
     print(f"results: {path}")

@@ -3,95 +3,46 @@ namespace (Gateway API provider, the sandbox's Prometheus), and the objects a Fl
 for the same release our rollout makes: a Deployment, a Canary and a MetricTemplate whose PromQL
 is our template's, with our sample-count guard folded in.
 
-The binary is built by ``bash sandbox/build.sh peers`` (``$IR_CACHE/bin/flagger-<version>``).
+The binary is built by ``bash sandbox/build.sh peers`` (``$IR_CACHE/bin/flagger-<version>``);
+what all peers share is in :mod:`peer`.
 """
 
 from __future__ import annotations
 
 import copy
 import json
-import os
-import subprocess
-from pathlib import Path
 from typing import Any
 
 import common  # noqa: F401  (the operator export and sandbox/ on the path)
-import yaml
 
-from irsandbox.cluster import Cluster, ignore_status
-from irsandbox.common import free_port, wait_for
-from irsandbox.harness import OperatorProcess
+from irsandbox.cluster import Cluster
+from irsandbox.common import wait_for
 
+from .peer import PeerProcess, binary, module_dir, pinned
+from .peer import install_crds as peer_install_crds
 
-def _pinned(name: str) -> str:
-    """A version pinned in sandbox/versions.env (what ``sandbox/build.sh peers`` built)."""
-    env = Path(__file__).resolve().parents[2] / "sandbox" / "versions.env"
-    for line in env.read_text().splitlines():
-        if line.startswith(f"{name}="):
-            return line.split("=", 1)[1].strip().strip('"')
-    raise SystemExit(f"{env} pins no {name}")
-
-
-VERSION = _pinned("FLAGGER_VERSION")
+VERSION = pinned("FLAGGER_VERSION")
 MODULE = f"github.com/fluxcd/flagger@{VERSION}"
 GROUP, API = "flagger.app", "v1beta1"
 
 
-def binary() -> Path:
-    cache = Path(os.environ.get("IR_CACHE") or Path.home() / ".cache" / "inference-rollout")
-    path = cache / "bin" / f"flagger-{VERSION}"
-    if not path.exists():
-        raise SystemExit(f"{path} is missing: build it with `bash sandbox/build.sh peers`")
-    return path
-
-
-def module_dir() -> Path:
-    """Flagger's module in the Go module cache (downloaded by the build)."""
-    out = subprocess.run(["go", "env", "GOMODCACHE"], check=True, capture_output=True, text=True,
-                         env={**os.environ, "GOTOOLCHAIN": "local"}).stdout.strip()
-    path = Path(out) / MODULE
-    if not path.is_dir():
-        raise SystemExit(f"{path} is missing: `bash sandbox/build.sh peers` downloads it")
-    return path
-
-
 def install_crds(cluster: Cluster) -> None:
-    """Server-side apply of ``artifacts/flagger/crd.yaml`` from the module (Canary,
-    MetricTemplate, AlertProvider), then wait until each is Established."""
-    for body in yaml.safe_load_all((module_dir() / "artifacts/flagger/crd.yaml").read_text()):
-        if not body:
-            continue
-        name = body["metadata"]["name"]
-        if ignore_status(404, cluster.ext.read_custom_resource_definition, name) is None:
-            cluster.ext.create_custom_resource_definition(body)
-        cluster.wait_crd_established(name)
+    """``artifacts/flagger/crd.yaml`` from the module (Canary, MetricTemplate, AlertProvider)."""
+    peer_install_crds(cluster, module_dir(MODULE) / "artifacts/flagger/crd.yaml")
 
 
-class FlaggerProcess(OperatorProcess):
-    """The flagger binary against the sandbox API server, watching ``namespace`` only: the
-    harness' controller process (log under ``.sandbox/logs``, ready on ``/healthz``, stopped
-    with SIGTERM) with Flagger's command line; its ``-port`` serves ``/healthz``."""
+class FlaggerProcess(PeerProcess):
+    """``flagger`` watching one namespace; its ``-port`` serves ``/healthz``."""
 
     def __init__(self, env: dict[str, str], namespace: str) -> None:
-        port = free_port()
-        super().__init__(env, log_name=f"flagger-{namespace}", namespaces=[namespace],
-                         metrics_port=port, liveness_port=port, service_proxy=False)
-        self.namespace = namespace
+        super().__init__(env, "flagger", namespace)
 
     def command(self) -> list[str]:
-        return [str(binary()), "-kubeconfig", self.env["KUBECONFIG"],
+        return [str(binary("flagger", VERSION)), "-kubeconfig", self.env["KUBECONFIG"],
                 "-mesh-provider", "gatewayapi:v1",
                 "-metrics-server", self.env["PROMETHEUS_URL"],
                 "-namespace", self.namespace, "-port", str(self.liveness_port),
                 "-log-level", "info", "-enable-config-tracking=false"]
-
-    def process_env(self) -> dict[str, str]:
-        return dict(os.environ)
-
-    @property
-    def pid(self) -> int:
-        assert self.proc is not None
-        return self.proc.pid
 
 
 # --- what a Flagger user writes -----------------------------------------------------------------

@@ -1,7 +1,7 @@
 """One controller's lane: its namespace, its controller process, and the verbs a scenario needs
 (create a healthy release, release a new pod template, is it done, which pods are the canary),
-for our operator and for Flagger.  Both lanes get the pod template of the same sandbox rollout,
-so the same simulators answer the same load."""
+for our operator, Flagger and Argo Rollouts.  Every lane gets the pod template of the same
+sandbox rollout, so the same simulators answer the same load."""
 
 from __future__ import annotations
 
@@ -14,8 +14,10 @@ from common import Bench, ignore_status
 from inference_rollout.metrics.measure import Queries, build_queries
 from inference_rollout.metrics.promql import Revision, regex_escape
 from irsandbox.cluster import Cluster
+from irsandbox.common import wait_for
 from irsandbox.manifests import sandbox_rollout, with_template
 
+from . import argo
 from . import flagger as fl
 
 
@@ -52,9 +54,12 @@ def our_manifest(name: str, prometheus: str, s: Settings, analysis: dict[str, An
 
 
 class Lane:
-    """A controller in a namespace of its own; ``kind`` names it in the table."""
+    """A controller in a namespace of its own; ``kind`` names it in the table, ``prefix`` its
+    objects, ``user`` its client identity (:mod:`identity`)."""
 
     kind = ""
+    prefix = ""
+    user = ""
 
     def __init__(self, bench: Bench, settings: Settings) -> None:
         self.bench, self.s = bench, settings
@@ -67,8 +72,20 @@ class Lane:
     stable_backend = ""
     stable_pod_prefix = ""
 
+    def start(self) -> None:
+        raise NotImplementedError
+
     def pid(self) -> int:
         raise NotImplementedError
+
+    def controller(self) -> Any:
+        """The controller's process (an irsandbox OperatorProcess), not started yet."""
+        raise NotImplementedError
+
+    def use_kubeconfig(self, path: str) -> None:
+        """Run the controller as the user of the kubeconfig at ``path`` (before start)."""
+        proc = self.controller()
+        proc.env = {**proc.env, "KUBECONFIG": path}
 
     def create(self, name: str, manifest: dict[str, Any], probe_queries: Any) -> None:
         raise NotImplementedError
@@ -95,7 +112,7 @@ class Lane:
 
 
 class OursLane(Lane):
-    kind = "inference-rollout"
+    kind, prefix, user = "inference-rollout", "ir", "bench-inference-rollout"
 
     def __init__(self, bench: Bench, settings: Settings) -> None:
         super().__init__(bench, settings)
@@ -109,6 +126,9 @@ class OursLane(Lane):
     def pid(self) -> int:
         assert self.bench.op.proc is not None
         return self.bench.op.proc.pid
+
+    def controller(self) -> Any:
+        return self.bench.op
 
     def create(self, name: str, manifest: dict[str, Any], probe_queries: Any = None) -> None:
         self.rel = self.bench.release(manifest)
@@ -145,7 +165,7 @@ class OursLane(Lane):
 
 
 class FlaggerLane(Lane):
-    kind = "flagger"
+    kind, prefix, user = "flagger", "fl", "bench-flagger"
 
     def __init__(self, bench: Bench, settings: Settings) -> None:
         super().__init__(bench, settings)
@@ -159,6 +179,9 @@ class FlaggerLane(Lane):
 
     def pid(self) -> int:
         return self.proc.pid
+
+    def controller(self) -> Any:
+        return self.proc
 
     def create(self, name: str, manifest: dict[str, Any], probe_queries: Any = None) -> None:
         """The same pod template as our rollout's, a MetricTemplate per metric with our PromQL
@@ -198,5 +221,94 @@ class FlaggerLane(Lane):
     def log_tail(self) -> str:
         return self.proc.tail(20)
 
-    def stop(self) -> None:
-        self.proc.stop()
+
+class ArgoLane(Lane):
+    kind, prefix, user = "argo-rollouts", "ar", "bench-argo-rollouts"
+
+    def __init__(self, bench: Bench, settings: Settings) -> None:
+        super().__init__(bench, settings)
+        self.proc = argo.ArgoProcess(bench.env, self.ns)
+        self.template: dict[str, Any] = {}
+        self.stable = ""
+
+    def start(self) -> None:
+        """CRDs, the plugin's ConfigMap (read once, at the controller's start), the controller."""
+        argo.install(self.cluster)
+        ignore_status(409, self.cluster.core.create_namespaced_config_map, self.ns,
+                      argo.plugin_config(self.ns))
+        self.proc.start()
+
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def controller(self) -> Any:
+        return self.proc
+
+    def _custom(self, plural: str, verb: str, *args: Any) -> Any:
+        group, version = ((argo.GROUP, argo.API) if plural != "httproutes"
+                          else ("gateway.networking.k8s.io", "v1"))
+        fn = getattr(self.cluster.custom, f"{verb}_namespaced_custom_object")
+        return fn(group, version, self.ns, plural, *args)
+
+    def status(self) -> dict[str, Any]:
+        return self._custom("rollouts", "get", self.name).get("status") or {}
+
+    def create(self, name: str, manifest: dict[str, Any], probe_queries: Any = None) -> None:
+        """Services, route, an AnalysisTemplate with our PromQL for the canary's hash, the
+        Rollout with the same pod template; waits until its first release is Healthy."""
+        self.name, self.host = name, f"{name}.{self.ns}.test"
+        self.stable_backend = f"{name}-stable"
+        self.template = copy.deepcopy(manifest["spec"]["template"])
+        metric, window, min_samples = probe_queries
+        q = build_queries(metric, argo.ArgoPods(self.ns, name, argo.CANARY_HASH), window,
+                          min_samples)
+        for svc in argo.services(name):
+            self.cluster.core.create_namespaced_service(self.ns, svc)
+        self._custom("httproutes", "create", argo.http_route(name, self.host))
+        self._custom("analysistemplates", "create", argo.analysis_template(
+            name, fl.guarded(q.value, q.samples, min_samples), metric.max, self.s.interval_s,
+            self.bench.env["PROMETHEUS_URL"]))
+        self._custom("rollouts", "create", argo.rollout(
+            name, self.ns, self.template, self.s.replicas, list(self.s.steps), self.s.interval_s,
+            self.s.progress_deadline_s))
+
+        def healthy() -> str | None:
+            st = self.status()
+            return st.get("stableRS") if st.get("phase") == "Healthy" else None
+        try:
+            self.stable = wait_for(healthy, 180, f"rollout {name} Healthy", interval=0.5,
+                                   tolerate=())
+        except TimeoutError as e:
+            raise AssertionError(f"{e}\nstatus: {self.status()}\n{self.proc.tail()}") from None
+        self.stable_pod_prefix = f"{name}-{self.stable}-"
+
+    def release(self, changes: dict[str, Any]) -> None:
+        m = with_template({"spec": {"template": self.template}}, **changes)
+        self.template = m["spec"]["template"]
+        self._custom("rollouts", "patch", self.name, {"spec": {"template": self.template}})
+
+    def outcome(self) -> str | None:
+        st = self.status()
+        if st.get("abort"):
+            return "rolled back"
+        if (st.get("phase") == "Healthy" and st.get("stableRS") not in (None, self.stable)
+                and st.get("stableRS") == st.get("currentPodHash")):
+            return "promoted"
+        return None
+
+    def canary_queries(self, metric: Any, window: str, min_samples: int) -> Queries | None:
+        canary = self.status().get("currentPodHash")
+        if not canary or canary == self.stable:
+            return None
+        return build_queries(metric, argo.ArgoPods(self.ns, self.name, canary), window,
+                             min_samples)
+
+    def delete(self) -> None:
+        for plural in ("rollouts", "analysistemplates", "httproutes"):
+            ignore_status(404, self._custom, plural, "delete", self.name)
+        for svc in argo.services(self.name):
+            ignore_status(404, self.cluster.core.delete_namespaced_service,
+                          svc["metadata"]["name"], self.ns)
+
+    def log_tail(self) -> str:
+        return self.proc.tail(20)

@@ -1,13 +1,15 @@
 """What the side-by-side run measures from outside the controllers: each user request and the pod
 that answered it (the load generator, through the gateway), the pods that exist (pod-seconds and
-model loads), and a controller process's CPU time and RSS (``/proc``)."""
+model loads), and a controller's CPU time and RSS (``/proc``, its process tree)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from common import Background, rss_mib
@@ -108,6 +110,25 @@ class PodCounter(Background):
             self._stop.wait(self.period)
 
 
+def process_tree(pid: int) -> list[int]:
+    """``pid`` and its descendants (a controller's plugin processes), from ``/proc``."""
+    children: dict[int, list[int]] = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(d))
+    tree, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        tree.append(p)
+        todo += children.get(p, [])
+    return tree
+
+
 def cpu_seconds(pid: int) -> float:
     """User + system CPU time of a process (``/proc/<pid>/stat``)."""
     with open(f"/proc/{pid}/stat") as f:
@@ -115,9 +136,19 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def tree_sum(pid: int, per_process: Callable[[int], float]) -> float:
+    """``per_process`` summed over ``pid``'s process tree (a child that just exited: skipped)."""
+    total = per_process(pid)
+    for p in process_tree(pid)[1:]:
+        with contextlib.suppress(OSError):
+            total += per_process(p)
+    return total
+
+
 @dataclass
 class ProcSampler(Background):
-    """A process's RSS every ``period`` s (its maximum) and its CPU time over the sampling."""
+    """A process tree's RSS every ``period`` s (its maximum) and its CPU time over the sampling
+    (a process that exits meanwhile: its CPU time leaves the sum)."""
 
     pid: int
     period: float = 1.0
@@ -126,12 +157,12 @@ class ProcSampler(Background):
     cpu_end: float = 0.0
 
     def _run(self) -> None:
-        self.cpu_start = self.cpu_end = cpu_seconds(self.pid)
+        self.cpu_start = self.cpu_end = tree_sum(self.pid, cpu_seconds)
         deadline = time.monotonic() + self.max_seconds
         while not self._stop.is_set() and time.monotonic() < deadline:
             try:
-                self.rss_max_mib = max(self.rss_max_mib, rss_mib(self.pid))
-                self.cpu_end = cpu_seconds(self.pid)
+                self.rss_max_mib = max(self.rss_max_mib, tree_sum(self.pid, rss_mib))
+                self.cpu_end = tree_sum(self.pid, cpu_seconds)
             except OSError:
                 self.errors += 1
             self._stop.wait(self.period)
@@ -139,7 +170,7 @@ class ProcSampler(Background):
     def stop(self) -> None:
         super().stop()
         try:
-            self.cpu_end = cpu_seconds(self.pid)
+            self.cpu_end = tree_sum(self.pid, cpu_seconds)
         except OSError:
             self.errors += 1
 
