@@ -7,14 +7,14 @@ the gateway restarted.
     .venv/bin/python bench/chaos_sandbox.py [--rollouts 20] [--kills 100] [--kill-every 4 10]
         [--prometheus-outage 300] [--bad-share 0.4] [--rate 4] [--seed 1] [--json PATH]
 
-Method: one namespace; ``--rollouts`` rollouts (1 vLLM-simulator pod each, steps 20/50/100 with
-15 s holds, the Window rule on the engine's error rate every 5 s, ``--rate`` req/s of load each
-through the gateway).  Each rollout releases one template after another; each release's canary is
-bad (half its requests fail, `failure-rate: 50`) with probability ``--bad-share``, else good; the next release
-starts once the last is promoted, rolled back or paused.  Two ``--leader-elect`` replicas run the
-committed operator (:class:`common.BenchOperator`); every U(``--kill-every``) seconds one of the
-running replicas (the Lease holder or the standby, at random) is SIGKILLed and started again
-under a new identity, as a new pod would be, until ``--kills``.  Faults at fixed fractions of the
+Method: one namespace; ``--rollouts`` rollouts (1 vLLM-simulator pod each, steps 20/50/100 with 15
+s holds, the Window rule on the engine's error rate every 5 s, ``--rate`` req/s of load each
+through the gateway). Each rollout releases one template after another; each release's canary is
+bad (the simulator fails half its requests) with probability ``--bad-share``, else good; the next
+release starts once the last is promoted, rolled back or paused. Two ``--leader-elect`` replicas
+run the committed operator (:class:`common.BenchOperator`); every U(``--kill-every``) seconds one
+of the running replicas (the Lease holder or the standby, at random) is SIGKILLed and started again
+under a new identity, as a new pod would be, until ``--kills``. Faults at fixed fractions of the
 run: Prometheus SIGKILLed and kept down ``--prometheus-outage`` seconds, then the kube-apiserver,
 etcd, and the gateway (translator and nginx) SIGKILLed and restarted by ``sandbox/up.sh``.
 Afterwards the releases still moving get ``--settle`` seconds to finish.
@@ -214,9 +214,13 @@ class ChaosRun:
 
     def sandbox_up(self) -> None:
         t0 = time.monotonic()
-        subprocess.run(["bash", str(ROOT / "sandbox" / "up.sh")], check=True,
-                       capture_output=True, env={**os.environ, **self.env})
-        self.note(f"sandbox/up.sh restarted what was down ({time.monotonic() - t0:.0f} s)")
+        done = subprocess.run(["bash", str(ROOT / "sandbox" / "up.sh")], check=False,
+                              capture_output=True, text=True, env={**os.environ, **self.env})
+        took = f"{time.monotonic() - t0:.0f} s"
+        if done.returncode:
+            self.note(f"sandbox/up.sh FAILED ({took}): {done.stderr.strip()[-400:]}")
+        else:
+            self.note(f"sandbox/up.sh restarted what was down ({took})")
 
     # --- the run ------------------------------------------------------------------------------
 
