@@ -164,11 +164,19 @@ class ChaosRun:
             self.rollouts[name] = Release(self.cluster, self.replicas[0].proc,
                                           self.ns, manifest)
             self.rollouts[name].apply()
+        deadline = time.monotonic() + 300
+        while not self.all_healthy():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"rollouts not Healthy after 300 s in {self.ns}")
+            self.supervise()  # a replica that exits meanwhile is started again, as later
+            time.sleep(1)
         for name in self.names:
-            self.rollouts[name].wait_healthy(timeout=300)
             self.loads.append(BackgroundLoad(self.env, self.rollouts[name].host,
                                              rate=self.args.rate, seconds=24 * 3600))
         self.note(f"{len(self.names)} rollouts Healthy in {self.ns}, load on each")
+
+    def all_healthy(self) -> bool:
+        return all(rel.status().get("phase") == "Healthy" for rel in self.rollouts.values())
 
     # --- releases -----------------------------------------------------------------------------
 
