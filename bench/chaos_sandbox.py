@@ -223,7 +223,8 @@ class ChaosRun:
     def sandbox_up(self) -> None:
         t0 = time.monotonic()
         done = subprocess.run(["bash", str(ROOT / "sandbox" / "up.sh")], check=False,
-                              capture_output=True, text=True, env={**os.environ, **self.env})
+                              capture_output=True, text=True,
+                              env={**os.environ, **self.env, "IR_PYTHON": sys.executable})
         took = f"{time.monotonic() - t0:.0f} s"
         if done.returncode:
             self.note(f"sandbox/up.sh FAILED ({took}): {done.stderr.strip()[-400:]}")
