@@ -214,11 +214,17 @@ class ChaosRun:
                     r.start()
 
     def sigkill_component(self, *names: str) -> None:
+        """SIGKILL each component and its children: nginx's workers outlive a killed master
+        and keep the port (and the old configuration), which no real gateway restart does."""
         for name in names:
             pidfile = Path(self.env["IR_STATE"]) / "pids" / f"{name}.pid"
             with contextlib.suppress(OSError, ValueError):
-                os.kill(int(pidfile.read_text().split()[0]), 9)
-        self.note(f"SIGKILL {', '.join(names)}")
+                pid = int(pidfile.read_text().split()[0])
+                children = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True,
+                                          text=True).stdout.split()
+                for victim in (pid, *map(int, children)):
+                    os.kill(victim, 9)
+        self.note(f"SIGKILL {', '.join(names)} (and their children)")
 
     def sandbox_up(self) -> None:
         t0 = time.monotonic()
