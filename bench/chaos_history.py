@@ -38,6 +38,7 @@ class Seen:
     stable: str | None
     aborted: bool
     verdicts: dict[str, str | None]
+    reason: str | None = None  # status.abortReason
 
     @classmethod
     def of(cls, at: float, obj: dict[str, Any]) -> Seen:
@@ -46,6 +47,7 @@ class Seen:
                    phase=st.get("phase"), step=st.get("currentStep"),
                    weight=int(st.get("canaryWeight") or 0), canary=st.get("canaryRevision"),
                    stable=st.get("stableRevision"), aborted=bool(st.get("aborted")),
+                   reason=st.get("abortReason"),
                    verdicts={k: (v or {}).get("verdict")
                              for k, v in (st.get("analysis") or {}).items()})
 
@@ -65,6 +67,7 @@ class Outcome:
     release: Started
     result: str  # promoted | rolled-back | paused | progressing | superseded | never-seen
     canary: str | None = None
+    reason: str | None = None
     violations: list[str] = field(default_factory=list)
 
 
@@ -103,7 +106,7 @@ def judge(release: Started, history: list[Seen], last_generation: int) -> Outcom
         if release.bad:
             out.violations.append(f"{tag}: a bad canary ({canary}) was promoted")
     elif final.aborted or final.phase == "Degraded":
-        out.result = "rolled-back"
+        out.result, out.reason = "rolled-back", final.reason
     elif final.phase == "Paused":
         out.result = "paused"
     if last_generation > release.generation and out.result == "progressing":
@@ -130,8 +133,13 @@ def judge_run(releases: list[Started], history: list[Seen],
             violations.append(f"{name}: rolled back, yet its route still sends "
                               f"{final_routes[name][o.canary]}% to canary {o.canary}")
     counts: dict[str, int] = defaultdict(int)
+    reasons: dict[str, int] = defaultdict(int)
     for o in outcomes:
-        counts[f"{'bad' if o.release.bad else 'good'} {o.result}"] += 1
+        kind = "bad" if o.release.bad else "good"
+        counts[f"{kind} {o.result}"] += 1
+        if o.result == "rolled-back":
+            reasons[f"{kind}: {o.reason}"] += 1
     return {"releases": len(releases), "outcomes": dict(sorted(counts.items())),
             "false_rollbacks": counts["good rolled-back"],
+            "rollback_reasons": dict(sorted(reasons.items())),
             "status_versions_seen": len(history), "violations": violations}

@@ -145,6 +145,7 @@ class ChaosRun:
         self.watcher = Watcher(self.cluster, self.ns)
         self.events: list[str] = []
         self.kills = 0
+        self.starting: set[str] = set()
 
     def note(self, what: str) -> None:
         line = f"{time.strftime('%H:%M:%S')} {what}"
@@ -160,7 +161,8 @@ class ChaosRun:
             r.start()
         for name in self.names:
             manifest = sandbox_rollout(name, prometheus=self.env["PROMETHEUS_URL"],
-                                       replicas=1, steps=STEPS, progress_deadline="120s")
+                                       replicas=1, steps=STEPS, progress_deadline="120s",
+                                       gpus=0)
             self.rollouts[name] = Release(self.cluster, self.replicas[0].proc,
                                           self.ns, manifest)
             self.rollouts[name].apply()
@@ -200,18 +202,29 @@ class ChaosRun:
     # --- faults -------------------------------------------------------------------------------
 
     def kill_one(self) -> None:
-        victim = self.rng.choice([r for r in self.replicas if r.running()] or self.replicas)
+        running = [r for r in self.replicas if r.running() and r.name not in self.starting]
+        if not running:
+            return
+        victim = self.rng.choice(running)
         victim.kill()
         self.kills += 1
         self.note(f"SIGKILL {victim.name}.{victim.incarnation} ({self.kills})")
 
     def supervise(self) -> None:
         """Start again any replica that is not running (killed, or exited on a lost Lease), as
-        a kubelet would."""
+        a kubelet would: in a thread, so the kills and faults keep their pace while a replica
+        starts (a start takes 5-20 s on a loaded machine)."""
         for r in self.replicas:
-            if not r.running():
-                with contextlib.suppress(RuntimeError, TimeoutError):
-                    r.start()
+            if not r.running() and r.name not in self.starting:
+                self.starting.add(r.name)
+                threading.Thread(target=self._start_replica, args=(r,), daemon=True).start()
+
+    def _start_replica(self, r: Replica) -> None:
+        try:
+            with contextlib.suppress(RuntimeError, TimeoutError):
+                r.start()
+        finally:
+            self.starting.discard(r.name)
 
     def sigkill_component(self, *names: str) -> None:
         """SIGKILL each component and its children: nginx's workers outlive a killed master

@@ -10,9 +10,10 @@ PASS, FAIL = {"errors": "Pass"}, {"errors": "Fail"}
 
 def seen(step: int | None, weight: int, *, gen: int = 2, verdicts: dict[str, str] | None = None,
          canary: str | None = "c2", stable: str = "s1", aborted: bool = False,
-         phase: str = "Progressing") -> Seen:
+         phase: str = "Progressing", reason: str | None = None) -> Seen:
     return Seen(at=0.0, name="r", generation=gen, phase=phase, step=step, weight=weight,
-                canary=canary, stable=stable, aborted=aborted, verdicts=verdicts or {})
+                canary=canary, stable=stable, aborted=aborted, verdicts=verdicts or {},
+                reason=reason)
 
 
 def promoted_release(*middle: Seen) -> list[Seen]:
@@ -59,9 +60,11 @@ def test_a_bad_canary_promoted_is_a_violation_and_a_good_one_rolled_back_is_coun
     history = promoted_release(seen(0, 20, verdicts=PASS), seen(1, 50, verdicts=PASS))
     assert any("bad canary" in v for v in
                judge_run([Started("r", 2, True)], history, {})["violations"])
-    rolled = [seen(0, 20, verdicts=FAIL), seen(0, 0, aborted=True, phase="Degraded")]
+    rolled = [seen(0, 20, verdicts=FAIL),
+              seen(0, 0, aborted=True, phase="Degraded", reason="AnalysisFailed")]
     out = judge_run([Started("r", 2, False)], rolled, {"r": {"s1": 100, "c2": 0}})
     assert out["violations"] == [] and out["false_rollbacks"] == 1
+    assert out["rollback_reasons"] == {"good: AnalysisFailed": 1}
 
 
 def test_traffic_left_on_a_rolled_back_canary_is_a_violation() -> None:
