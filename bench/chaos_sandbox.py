@@ -231,11 +231,14 @@ class ChaosRun:
         and keep the port (and the old configuration), which no real gateway restart does."""
         for name in names:
             pidfile = Path(self.env["IR_STATE"]) / "pids" / f"{name}.pid"
-            with contextlib.suppress(OSError, ValueError):
+            try:
                 pid = int(pidfile.read_text().split()[0])
-                children = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True,
-                                          text=True).stdout.split()
-                for victim in (pid, *map(int, children)):
+            except (OSError, ValueError):
+                continue
+            children = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True,
+                                      text=True).stdout.split()
+            for victim in (pid, *map(int, children)):
+                with contextlib.suppress(OSError):  # one already gone must not spare the rest
                     os.kill(victim, 9)
         self.note(f"SIGKILL {', '.join(names)} (and their children)")
 
