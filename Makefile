@@ -3,7 +3,7 @@ SHELL := /bin/bash
 PY ?= .venv/bin/python
 export GOTOOLCHAIN := local
 
-.PHONY: venv test unit lint sandbox-build sandbox-up sandbox-down crd demo bench bench-peers bench-verdicts fuzz failover chaos
+.PHONY: venv test unit lint sandbox-build sandbox-up sandbox-down crd demo bench bench-peers bench-verdicts fuzz failover chaos chaos-sandbox
 
 venv: .venv/.installed
 .venv/.installed: pyproject.toml
@@ -79,3 +79,9 @@ failover: venv
 CHAOS_SECONDS ?= 240
 chaos: venv
 	$(PY) bench/chaos.py --rollouts 6 --seconds $(CHAOS_SECONDS) --json .sandbox/bench/chaos.json
+
+# The long chaos run on a running sandbox (make sandbox-up): 20 rollouts, good and bad canaries,
+# two replicas, 100 SIGKILLs, Prometheus down 5 min, API server/etcd/gateway restarts; about
+# 20 minutes (docs/reliability.md).
+chaos-sandbox: venv
+	$(PY) bench/chaos_sandbox.py --json .sandbox/bench/chaos-sandbox.json

@@ -135,36 +135,53 @@ LOST_LEADERSHIP = 3
 async def _lead_then_operate(
         args: argparse.Namespace,
         operator: Callable[[asyncio.Event], Coroutine[Any, Any, None]]) -> int:
-    """Wait for the Lease (serving /healthz meanwhile), then run kopf while renewing it.  Losing
-    the Lease ends the process at once: no write of this replica may follow another's takeover.
-    A clean stop (SIGTERM: kopf returns) releases the Lease for a fast handover."""
+    """Wait for the Lease (serving /healthz meanwhile), then run kopf while a thread of its own
+    renews it (:class:`~inference_rollout.leader.Holder`).  Losing the Lease ends the process at
+    once: no write of this replica may follow another's takeover.  A clean stop (SIGTERM: kopf
+    returns) releases the Lease for a fast handover."""
     import logging
     import os
 
     from .kube import Kube, load_configuration
-    from .leader import LeaseElector, Timing, default_identity, lease_namespace, standby_health
+    from .leader import (
+        Holder,
+        LeaseElector,
+        Timing,
+        default_identity,
+        lease_namespace,
+        standby_health,
+    )
 
     logging.getLogger("httpx").setLevel(logging.WARNING)  # a Lease poll a second is not news
     timing = Timing(args.lease_duration, args.renew_deadline, args.retry_period)
-    kube = Kube(load_configuration(args.kubeconfig), timeout=max(1.0, timing.retry_period))
+    config = load_configuration(args.kubeconfig)
+
+    def lease_client() -> Kube:
+        # One request may take up to the renew deadline (hold() bounds each attempt by what is
+        # left of it): a slow API server is not yet a lost Lease.
+        return Kube(config, timeout=timing.renew_deadline)
+
+    kube = lease_client()
     elector = LeaseElector(kube, lease_namespace(args.leader_election_namespace),
                            args.leader_election_id,
                            args.leader_election_identity or default_identity(), timing)
     async with standby_health(args.liveness_port):
         await elector.acquire()
-    stop = asyncio.Event()
-    running = asyncio.create_task(operator(stop))
-    holding = asyncio.create_task(elector.hold())
-    await asyncio.wait({running, holding}, return_when=asyncio.FIRST_COMPLETED)
-    if holding.done():
+    await kube.close()
+
+    def lost() -> None:
         logging.getLogger("inference_rollout").critical(
             "leadership lost: exiting now so that no write follows another replica's takeover")
         logging.shutdown()
         os._exit(LOST_LEADERSHIP)
-    holding.cancel()
-    await elector.release()
-    await kube.close()
-    running.result()
+
+    holder = Holder(elector, lease_client, on_lost=lost)
+    holder.start()
+    stop = asyncio.Event()
+    try:
+        await operator(stop)
+    finally:
+        await asyncio.to_thread(holder.stop_and_release)
     return 0
 
 

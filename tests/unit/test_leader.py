@@ -4,13 +4,15 @@ real processes: tests/integration/test_leader_election.py)."""
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 from typing import Any
 
 import pytest
 
 from inference_rollout.__main__ import main
 from inference_rollout.kube import KubeError
-from inference_rollout.leader import LeaseElector, Timing
+from inference_rollout.leader import Holder, LeaseElector, Timing
 
 
 class OneLease:
@@ -39,6 +41,12 @@ class OneLease:
         if body["metadata"]["resourceVersion"] != self.lease["metadata"]["resourceVersion"]:
             raise KubeError(409, method, path, "conflict")
         return self._store(body)
+
+    async def close(self) -> None:
+        pass
+
+    def renewals(self) -> int:
+        return self.version
 
 
 class Clock:
@@ -88,3 +96,40 @@ def test_timings_that_would_allow_two_leaders_are_refused(
         main(["operator", "-A", "--leader-elect", "--lease-duration", "4",
               "--renew-deadline", "5"])
     assert "renew deadline must be shorter than the lease duration" in capsys.readouterr().err
+
+
+def holding(api: OneLease, lost: threading.Event) -> Holder:
+    """A leader (real clock, a 2 s renew deadline) whose Holder thread renews on ``api``."""
+    e = LeaseElector(api, "ops", "ir", "a", Timing(3, 2, 0.1))  # type: ignore[arg-type]
+    assert asyncio.run(e.try_acquire_or_renew())
+    e.last_renewed = time.monotonic()
+    holder = Holder(e, lambda: api, on_lost=lost.set)  # type: ignore[arg-type, return-value]
+    holder.start()
+    return holder
+
+
+def test_the_lease_is_renewed_while_the_operators_own_work_holds_the_main_thread() -> None:
+    # The chaos run's failure: a burst of reconciles kept the operator's loop busy past the
+    # renew deadline and the leader exited.  Here the main thread computes for 3 s (longer
+    # than the 2 s deadline) and the thread keeps renewing.
+    api, lost = OneLease(), threading.Event()
+    holder = holding(api, lost)
+    before, until = api.renewals(), time.monotonic() + 3
+    while time.monotonic() < until:
+        sum(i * i for i in range(10_000))  # pure-Python work, holding the GIL between switches
+    assert not lost.is_set()
+    assert api.renewals() - before >= 5  # about one per 0.1 s period, even when slowed
+    holder.stop_and_release()
+    assert not holder.is_alive()
+    assert api.lease is not None and api.lease["spec"]["holderIdentity"] is None  # released
+    assert not lost.is_set()
+
+
+def test_the_holder_reports_a_lease_taken_by_another_replica() -> None:
+    api, lost = OneLease(), threading.Event()
+    holder = holding(api, lost)
+    assert api.lease is not None
+    api._store({**api.lease, "spec": {**api.lease["spec"], "holderIdentity": "b"}})
+    assert lost.wait(3)
+    holder.join(3)
+    assert not holder.is_alive()
