@@ -36,6 +36,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 from chaos_history import Seen, Started, judge_run
@@ -148,7 +149,7 @@ class ChaosRun:
         self.starting: set[str] = set()
 
     def note(self, what: str) -> None:
-        line = f"{time.strftime('%H:%M:%S')} {what}"
+        line = f"{time.time():.1f} {time.strftime('%H:%M:%S')} {what}"
         self.events.append(line)
         print(line, flush=True)
 
@@ -333,8 +334,12 @@ def main() -> int:
         run.stop()
         ns_left = run.ns
     result = {"namespace": ns_left, "seconds": round(time.time() - started), "sigkills": run.kills,
-              "watch_relists": run.watcher.gaps, **verdict, "events": run.events}
-    print(json.dumps({k: v for k, v in result.items() if k != "events"}, indent=1))
+              "watch_relists": run.watcher.gaps, **verdict, "events": run.events,
+              # every status version, so a rollback can be placed against the faults' times
+              "history": [asdict(s) for s in run.watcher.seen],
+              "releases_started": [asdict(r) for r in run.releases]}
+    print(json.dumps({k: v for k, v in result.items()
+                      if k not in ("events", "history", "releases_started")}, indent=1))
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(result, indent=1))
     run.cluster.delete_namespace(run.ns)
