@@ -19,8 +19,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "operator"), str(ROOT / "sandbox")]
 
 from irsandbox.cluster import Cluster  # noqa: E402
-from irsandbox.common import sandbox_env, wait_for  # noqa: E402
-from irsandbox.harness import BackgroundLoad, OperatorProcess, measure_shares  # noqa: E402
+from irsandbox.common import sandbox_env  # noqa: E402
+from irsandbox.harness import (  # noqa: E402
+    BackgroundLoad,
+    OperatorProcess,
+    measure_shares,
+    settle_on,
+)
 from irsandbox.manifests import sandbox_rollout, with_template  # noqa: E402
 from irsandbox.story import Release  # noqa: E402
 
@@ -80,10 +85,8 @@ def main() -> int:
         rel.apply(with_template(rel.manifest, version="v3", ttft_ms=400))
         st = show(rel, lambda s: s.get("phase") == "Degraded", 240,
                   "release v3 with a TTFT regression (400 ms vs SLO 100 ms × 1.5)")
-        # The rollback is one route write; nginx follows a moment later (the translator
-        # regenerates and reloads it, and the old config's workers finish): measure after that.
-        wait_for(lambda: measure_shares(env, rel.host, 40).share(v2) == 1.0, 30,
-                 "the gateway to send every request to v2", interval=0.5, tolerate=())
+        # The rollback is one route write; nginx follows a moment later: measure after that.
+        settle_on(env, rel.host, v2)
         shares = measure_shares(env, rel.host, 200)
         print("\n== summary")
         print(f"  v1 {v1} → v2 {v2}: promoted through 5/20/50/100")

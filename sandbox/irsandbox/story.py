@@ -21,7 +21,7 @@ from typing import Any
 
 from .cluster import Cluster
 from .common import wait_for
-from .harness import BackgroundLoad, OperatorProcess, measure_shares, summary_line
+from .harness import BackgroundLoad, OperatorProcess, measure_shares, settle_on, summary_line
 from .loadgen import LoadReport
 from .manifests import httproute, sandbox_rollout, with_template
 
@@ -231,10 +231,8 @@ class Then:
         return wait_for(near, timeout, f"nginx at {weight}%", interval=0.2, tolerate=())
 
     def settles_on(self, revision: str) -> None:
-        """The gateway applies a route change a moment after the API server holds it (nginx is
-        regenerated and reloaded); wait until a burst goes all to ``revision``."""
-        wait_for(lambda: self.traffic(40).share(revision) == 1.0, 30,
-                 f"nginx sending everything to {revision}", interval=1, tolerate=())
+        """:func:`~irsandbox.harness.settle_on` for this story's rollout."""
+        settle_on(self.story.env, self.story.release.host, revision)
 
     def rolled_back(self, stable: str, reason: str) -> dict[str, Any]:
         """Degraded for ``reason`` with the canary at 0 %, and traffic all on ``stable``."""
