@@ -228,14 +228,33 @@ def test_the_rollback_does_not_wait_for_the_gateway(op: Operator) -> None:
     assert op.status["aborted"] and op.weights() == {stable: 100, canary: 0}
 
 
-def test_a_backend_the_gateway_cannot_resolve_rolls_back(op: Operator) -> None:
+def test_a_backend_the_gateway_cannot_resolve_gets_its_share_back_once_resolved(
+        op: Operator) -> None:
+    """BackendNotFound for the canary's Service is the gateway lagging behind the API server:
+    the canary's share goes back to 0% (the gateway would answer it with 500) and the step
+    starts again once the gateway resolves it; no rollback."""
     stable, canary = released(op)
     op.gateway_writes(resolved="False")
     op.reconcile()
     st = op.status
-    assert st["aborted"] and st["abortReason"] == r.ROUTE_REJECTED
-    assert "ResolvedRefs=False BackendNotFound" in st["message"]
+    assert not st.get("aborted")
     assert op.weights() == {stable: 100, canary: 0}
+    assert st["canaryWeight"] == 0 and st.get("stepStartedAt") is None
+    warning = next(e for e in op.events if e.reason == r.BACKEND_UNRESOLVED)
+    assert warning.type == "Warning" and "ResolvedRefs=False BackendNotFound" in warning.message
+
+    op.gateway_writes(resolved="False")  # the 0% generation: still not found, still waiting
+    op.reconcile()
+    assert op.weights() == {stable: 100, canary: 0} and not op.status.get("aborted")
+    assert "waiting for the gateway to resolve the canary's backend" in op.status["message"]
+
+    op.gateway_writes()  # resolved: the weight comes back
+    op.reconcile()
+    assert op.weights() == {stable: 80, canary: 20}
+    op.gateway_writes()
+    op.reconcile()
+    st = op.status
+    assert st["canaryWeight"] == 20 and st["stepStartedAt"] is not None and not st.get("aborted")
 
 
 def test_a_gateway_that_writes_no_status_does_not_hold_the_release(op: Operator) -> None:
@@ -247,7 +266,24 @@ def test_a_gateway_that_writes_no_status_does_not_hold_the_release(op: Operator)
 
 
 def test_required_waits_for_a_gateway_that_writes_no_status(op: Operator) -> None:
-    released(op, route_status="Required", gateway_reports=False)
+    """Under Required a silent gateway gives the canary no traffic at all: the first weight
+    waits for the gateway to accept the 0% route that brought the canary's Service in."""
+    doc = manifest("m1", "Required")
+    op.run(op.kube.create(rollout_path(op.ns, "").rstrip("/"), doc))
     op.reconcile()
-    assert op.status.get("stepStartedAt") is None
+    op.ready(op.status["stableRevision"])
+    op.reconcile()
+    stable = op.status["stableRevision"]
+    new = manifest("m2", "Required")["spec"]
+    op.patch(rollout_path(op.ns, "chat"), {"spec": {"template": new["template"]}})
+    canary = template_hash(new["template"])
+    op.reconcile()
+    op.ready(canary)
+    op.reconcile()
+    op.reconcile()
+    st = op.status
+    assert op.weights() == {stable: 100, canary: 0}
+    assert st["canaryWeight"] == 0 and st.get("stepStartedAt") is None
+    assert "canary pods ready; waiting for the gateway to accept the route at 0%" in \
+        st["message"]
     assert "routeStatus: Required" in op.condition(r.ROUTE_ACCEPTED)["message"]

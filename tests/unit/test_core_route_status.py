@@ -36,6 +36,8 @@ class Gateway:
 
     lag: float = 4.0
     answer: str = "accept"
+    #: Generations after this one are never answered (None: all are).
+    answers_up_to: int | None = None
     generation: int = 0
     route: dict[str, int] | None = None
     changed_at: datetime | None = None
@@ -52,6 +54,8 @@ class Gateway:
         assert self.changed_at is not None
         caught_up = (sim.now - self.changed_at).total_seconds() >= self.lag
         if self.answer == "stuck" and g > 1:
+            caught_up = False
+        if self.answers_up_to is not None and g > self.answers_up_to:
             caught_up = False
         if not caught_up:
             return RoutePending(g, f"{GW}: Accepted is for generation {g - 1}")
@@ -147,15 +151,79 @@ def test_a_rejected_route_rolls_back_with_the_gateways_reason() -> None:
     assert reasons([d]).count(r.ROUTE_REJECTED) == 1
 
 
-def test_a_backend_the_gateway_cannot_resolve_rolls_back_too() -> None:
-    sim = in_release(Gateway(lag=2.0, answer="resolve-fail"))
-    d = sim.run_until(lambda s: s.status.aborted, limit=300)
-    assert d.rolled_back == r.ROUTE_REJECTED
-    assert "ResolvedRefs=False BackendNotFound" in sim.status.message
+def test_a_backend_the_gateway_never_resolves_gets_no_weight_and_rolls_back_at_the_deadline(
+) -> None:
+    """BackendNotFound is the gateway not having seen the canary's Service (yet): no weight is
+    given to it (the gateway would answer that share with 500), and the progress deadline
+    ends the wait with the gateway's words."""
+    sim = in_release(Gateway(lag=2.0, answer="resolve-fail"), strategy=STEPS_5M)
+    d = sim.run_until(lambda s: s.status.aborted, limit=1200)
+    assert d.rolled_back == r.ROUTE_NOT_ACCEPTED
+    assert all(x.status.canary_weight == 0 for x in sim.decisions)
+    assert "ResolvedRefs=False BackendNotFound: service not found" in sim.status.message
+    entered = from_iso(d.status.step_entered_at)
+    assert entered is not None and 300 <= (sim.now - entered).total_seconds() < 303
+    waiting = sim.decisions[len(sim.decisions) // 2].status.message
+    assert "waiting for the gateway to resolve the canary's backend" in waiting
+
+
+def late_backend(gateway: Gateway, unresolved: Any) -> Any:
+    """``gateway``, except that while ``unresolved(sim)`` it cannot find the route's backends."""
+
+    def answer(sim: Sim) -> RouteAcceptance | None:
+        got = gateway(sim)
+        if got is not None and unresolved(sim):
+            return RouteRejected(got.generation, GW, "ResolvedRefs", "BackendNotFound",
+                                 "service chat-new not found")
+        return got
+
+    return answer
+
+
+def test_a_gateway_late_to_see_the_canarys_service_delays_the_first_weight() -> None:
+    """The gateway's caches lag (after its own restart or the API server's): it reports
+    BackendNotFound for the canary's Service for 30 s.  The first weight waits for it; the
+    release goes on, no rollback (the sandbox chaos run rolled back 17 good canaries here)."""
+    sim = started(body())
+    since = sim.now
+    sim.gateway = late_backend(Gateway(lag=1.0),
+                               lambda s: (s.now - since).total_seconds() < 30)
+    sim.release(M2)
+    sim.decisions.clear()
+    sim.run_until(lambda s: s.status.canary_weight == 5, limit=600)
+    assert (sim.now - since).total_seconds() >= 30  # not before the gateway resolved it
+    assert all(d.status.canary_weight == 0 for d in sim.decisions[:-1])
+    sim.run_until(lambda s: s.canary is None, limit=1500)
+    assert not any(d.rolled_back for d in sim.decisions)
+    assert sim.status.phase == "Healthy" and sim.stable is not None
+
+
+def test_a_backend_lost_mid_hold_takes_the_weight_back_until_the_gateway_resolves_it() -> None:
+    """At 20 %, held, the gateway stops finding the canary's Service for 20 s (its cache
+    re-listing after a restart).  The share goes back to 0 % at once (a Warning says why),
+    the step starts again once the gateway resolves it, and the release is promoted."""
+    sim = in_release(Gateway(lag=1.0))
+    sim.run_until(lambda s: s.status.canary_weight == 20 and s.status.step_started_at
+                  is not None, limit=600)
+    lost = sim.now
+    sim.gateway = late_backend(Gateway(lag=1.0),
+                               lambda s: (s.now - lost).total_seconds() < 20)
+    sim.decisions.clear()
+    d = sim.reconcile()
+    assert SetWeights(sim.stable or "", sim.canary, 0) in d.actions
+    warning = next(e for e in events(d) if e.reason == r.BACKEND_UNRESOLVED)
+    assert warning.type == "Warning" and "BackendNotFound" in warning.message
+    assert "20% goes back to 0%" in warning.message
+    assert not d.rolled_back and not sim.status.aborted
+    sim.run_until(lambda s: s.canary is None, limit=1500)
+    assert not any(x.rolled_back for x in sim.decisions)
+    back = weight_written(sim, 20)
+    assert (sim.decisions[back].status.step_entered_at or "") >= lost.isoformat()[:19]
+    assert reasons(sim.decisions).count(r.BACKEND_UNRESOLVED) == 1
 
 
 def test_a_rollback_never_waits_for_the_gateway() -> None:
-    gateway = Gateway(lag=10_000.0)  # never answers within the test
+    gateway = Gateway(lag=0.0, answers_up_to=2)  # the 5% generation is never answered
     sim = in_release(gateway)
     sim.run_until(lambda s: s.status.canary_weight == 5, limit=300)
     assert sim.status.step_started_at is None  # pending

@@ -46,6 +46,20 @@ CANARY_UNAVAILABLE_FAILING_MSG = (
     "rolled back: canary {canary} has {ready} ready pods, too few for {weight}% of traffic, "
     "while its latest verdict failed: {details}"
 )
+BACKEND_UNRESOLVED = "BackendUnresolved"
+BACKEND_UNRESOLVED_MSG = (
+    "{rejection}; the canary's {weight}% goes back to 0% (a gateway answers a backend it cannot "
+    "find with HTTP 500) until the gateway resolves it, then the step starts again; rolled back "
+    "if it does not within {deadline}"
+)
+BACKEND_UNRESOLVED_WAIT_MSG = (
+    "step {step}/{steps}: {weight}% → {target}% (waiting for the gateway to resolve the "
+    "canary's backend: {condition}=False {reason})"
+)
+GATEWAY_PENDING_WAIT_MSG = (
+    "step {step}/{steps}: {weight}% → {target}% (canary pods ready; waiting for the gateway to "
+    "accept the route at {weight}%)"
+)
 TEMPLATE_CHANGED = "TemplateChangedMidRelease"
 TEMPLATE_CHANGED_MSG = "template changed during the release: canary {old} replaced by {new}"
 

@@ -52,12 +52,14 @@ from .types import (
     Observation,
     OrphanRevision,
     RecordEvent,
+    RouteAcceptance,
     RouteApplied,
     RouteRejected,
     SetWeights,
 )
 
-#: How often to look again while waiting for pods (readiness is observed, not watched, here).
+#: How often to look again while waiting for pods or the gateway: the fallback, since the
+#: handlers wake the rollout on its Deployments' and route's watch events (core.wakeups).
 POLL_SECONDS = 2.0
 #: The longest the operator sleeps on a rollout with nothing due (drift is re-checked this often).
 IDLE_SECONDS = 30.0
@@ -522,15 +524,12 @@ def _raise_weight(run: _Run, step: Step, ready: int) -> bool:
     if st.canary_weight >= step.weight:
         return _weight_in_force(run, step)
     if not ready_enough(spec, step, ready):
-        waited = seconds_since(st.step_entered_at, run.now) or 0.0
-        deadline = spec.strategy.progress_deadline_seconds
-        if waited >= deadline:
+        if _deadline_passed(run):
             stuck = canary.unschedulable if canary else 0
             _abort(run, r.PROGRESS_DEADLINE, r.PROGRESS_DEADLINE_MSG.format(
-                ready=ready, needed=canary_target(spec, step), deadline=format_duration(deadline),
+                ready=ready, needed=canary_target(spec, step),
+                deadline=format_duration(spec.strategy.progress_deadline_seconds),
                 unschedulable=f" ({stuck} pods unschedulable: not enough GPUs)" if stuck else ""))
-        else:
-            run.wake_in(min(POLL_SECONDS, deadline - waited))
         return False
     if st.paused_reason:
         return False
@@ -541,6 +540,12 @@ def _raise_weight(run: _Run, step: Step, ready: int) -> bool:
         # A failure within failureLimit is tolerated, not trusted: no more traffic until a
         # measurement passes again.
         _wake_for_analysis(run)
+        return False
+    if _gateway_behind(run):
+        # A weight is raised only from a route the gateway serves: never onto a backend it
+        # cannot find yet (it would answer that share with 500).
+        if _deadline_passed(run):
+            _route_not_accepted(run, run.world.route_acceptance)
         return False
     st.canary_weight = step.weight
     st.weight_replicas = spec.replicas
@@ -579,16 +584,28 @@ def _weight_in_force(run: _Run, step: Step) -> bool:
                 step=(st.current_step or 0) + 1, steps=len(spec.strategy.steps),
                 generation=world.route_acceptance.generation, weight=st.canary_weight))
         return True
-    waited = seconds_since(st.step_entered_at, run.now) or 0.0
-    deadline = spec.strategy.progress_deadline_seconds
+    if _deadline_passed(run):
+        _route_not_accepted(run, world.route_acceptance if holds_it else None)
+    return False
+
+
+def _route_not_accepted(run: _Run, acceptance: RouteAcceptance | None) -> None:
+    """Roll back: the gateway did not serve the step's weight within the progress deadline
+    (``acceptance``: what it last said of the route that holds it; None if it holds another)."""
+    _abort(run, r.ROUTE_NOT_ACCEPTED, r.ROUTE_NOT_ACCEPTED_MSG.format(
+        generation=acceptance.generation if acceptance else "(unknown)",
+        deadline=format_duration(run.spec.strategy.progress_deadline_seconds),
+        detail=route_gate.pending_detail(acceptance)))
+
+
+def _deadline_passed(run: _Run) -> bool:
+    """Whether the step has waited ``progressDeadline`` since it was entered; if not, look
+    again within :data:`POLL_SECONDS` (the fallback for a missed watch event)."""
+    waited = seconds_since(run.status.step_entered_at, run.now) or 0.0
+    deadline = run.spec.strategy.progress_deadline_seconds
     if waited >= deadline:
-        acceptance = world.route_acceptance
-        _abort(run, r.ROUTE_NOT_ACCEPTED, r.ROUTE_NOT_ACCEPTED_MSG.format(
-            generation=acceptance.generation if acceptance else "(unknown)",
-            deadline=format_duration(deadline),
-            detail=route_gate.pending_detail(acceptance if holds_it else None)))
-    else:
-        run.wake_in(min(POLL_SECONDS, deadline - waited))
+        return True
+    run.wake_in(min(POLL_SECONDS, deadline - waited))
     return False
 
 
@@ -603,8 +620,44 @@ def _route_rejected(run: _Run) -> bool:
             or not isinstance(rejected, RouteRejected)
             or route_gate.verdict(run.spec, rejected) != "Rejected"):
         return False
+    if _backend_unresolved(run) is not None:
+        _withdraw_weight(run, rejected)
+        return True
     _abort(run, r.ROUTE_REJECTED, "rolled back: " + route_gate.rejection_message(rejected))
     return True
+
+
+def _gateway_behind(run: _Run) -> bool:
+    """The route holds what the status implies and the gateway has not caught up with it yet
+    (no answer for its generation, or a backend it cannot find yet).  A route about to be
+    written here (or by a call a crash cut short) is not judged: its generation has no answer
+    yet, and a restarted call must decide the same.  A final refusal is judged on the
+    generation that carries the canary's weight (:func:`_route_rejected`)."""
+    if run.world.route != desired_route(run.status):
+        return False
+    return (route_gate.verdict(run.spec, run.world.route_acceptance) == "Pending"
+            or _backend_unresolved(run) is not None)
+
+
+def _backend_unresolved(run: _Run) -> RouteRejected | None:
+    """The gateway cannot find a backend of the route as the status wants it (route_gate)."""
+    if run.world.route != desired_route(run.status):
+        return None
+    return route_gate.unresolved_backend(run.spec, run.world.route_acceptance)
+
+
+def _withdraw_weight(run: _Run, rejected: RouteRejected) -> None:
+    """The canary's share back to 0% while the gateway cannot find its backend, the step
+    entered again (its hold and the progress deadline count from now); :func:`_raise_weight`
+    gives the weight back once the gateway resolves the backend."""
+    st = run.status
+    run.event("Warning", r.BACKEND_UNRESOLVED, r.BACKEND_UNRESOLVED_MSG.format(
+        rejection=route_gate.rejection_message(rejected), weight=st.canary_weight,
+        deadline=format_duration(run.spec.strategy.progress_deadline_seconds)))
+    st.canary_weight = 0
+    st.step_entered_at = to_iso(run.now)
+    st.step_started_at = None
+    run.wake_in(POLL_SECONDS)
 
 
 def _note_rejection(run: _Run) -> None:
@@ -843,6 +896,25 @@ def _wake_for_analysis(run: _Run) -> None:
     run.wake_in(interval if last is None else interval - (run.now - last).total_seconds())
 
 
+def _waiting_for_gateway(run: _Run) -> str:
+    """The message while the next weight waits for the gateway (:func:`_gateway_behind`) rather
+    than for canary pods; empty otherwise."""
+    st = run.status
+    step = current_step(run.spec, st)
+    if step is None or st.canary_weight >= step.weight or not _gateway_behind(run):
+        return ""
+    where = dict(step=(st.current_step or 0) + 1, steps=len(run.spec.strategy.steps),
+                 weight=st.canary_weight, target=step.weight)
+    unresolved = _backend_unresolved(run)
+    if unresolved is not None:
+        return r.BACKEND_UNRESOLVED_WAIT_MSG.format(
+            **where, condition=unresolved.condition, reason=unresolved.reason)
+    canary = run.world.revisions.get(st.canary_revision or "")
+    if not ready_enough(run.spec, step, canary.ready if canary else 0):
+        return ""
+    return r.GATEWAY_PENDING_WAIT_MSG.format(**where)
+
+
 def _message(run: _Run) -> str:
     st = run.status
     if run.world.invalid:
@@ -855,7 +927,7 @@ def _message(run: _Run) -> str:
     if st.paused_reason == r.MANUAL_STEP and st.current_step is not None:
         return r.MANUAL_STEP_MSG.format(step=st.current_step + 1,
                                         steps=len(run.spec.strategy.steps))
-    text = step_message(run.spec, st, run.now)
+    text = _waiting_for_gateway(run) or step_message(run.spec, st, run.now)
     if gate.waiting(run.spec, st) and st.current_step is not None:
         canary = run.world.revisions.get(st.canary_revision or "")
         if ready_enough(run.spec, run.spec.strategy.steps[st.current_step],

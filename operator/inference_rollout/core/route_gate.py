@@ -11,6 +11,15 @@ The router reports what the gateway wrote in the route's status (:class:`RouteAc
   waits, and the step's progress deadline rolls the release back (``RouteNotAccepted``).
 * ``Ignored``: the status is never consulted (the behaviour before route status was read).
 
+A ``ResolvedRefs=False BackendNotFound`` is the one refusal that is not final.  Every backendRef
+of the route is a revision the operator created (its Service or InferencePool) before it wrote
+a weight to it, so the gateway has not seen that object *yet*: its caches lag after its own
+restart or the API server's (the sandbox's chaos run saw 17 good canaries rolled back this way),
+or someone deleted the Service by hand.  While it lasts the gateway answers the canary's share
+with HTTP 500 (Gateway API semantics), so the core takes that share back to 0 % and raises it
+again once the gateway resolves the backend; the progress deadline bounds the wait
+(:func:`unresolved_backend`).
+
 Pure: no I/O, no clock.  The decision (start the hold, wait, roll back) is :mod:`.decide`'s.
 """
 
@@ -25,6 +34,9 @@ from .types import RouteAcceptance, RouteApplied, RoutePending, RouteRejected, R
 
 Verdict = Literal["Applied", "Pending", "Rejected"]
 
+#: Gateway API's reason (``RouteReasonBackendNotFound``) for a backendRef naming no object.
+BACKEND_NOT_FOUND = "BackendNotFound"
+
 
 def verdict(spec: InferenceRolloutSpec, acceptance: RouteAcceptance | None) -> Verdict:
     """Whether the weights the route holds are in force, per ``routeStatus``."""
@@ -36,6 +48,18 @@ def verdict(spec: InferenceRolloutSpec, acceptance: RouteAcceptance | None) -> V
     if isinstance(acceptance, RouteRejected):
         return "Rejected"
     return "Pending"
+
+
+def unresolved_backend(spec: InferenceRolloutSpec,
+                       acceptance: RouteAcceptance | None) -> RouteRejected | None:
+    """The gateway's refusal when it is only that it cannot find one of the route's backends
+    (``ResolvedRefs=False BackendNotFound``; not under ``routeStatus: Ignored``): a wait for
+    the gateway, not a verdict on the canary (see the module's docstring)."""
+    if (isinstance(acceptance, RouteRejected) and acceptance.condition == "ResolvedRefs"
+            and acceptance.reason == BACKEND_NOT_FOUND
+            and verdict(spec, acceptance) == "Rejected"):
+        return acceptance
+    return None
 
 
 def trusted_as_written(spec: InferenceRolloutSpec, acceptance: RouteAcceptance | None) -> bool:
@@ -59,6 +83,8 @@ def pending_detail(acceptance: RouteAcceptance | None) -> str:
         return acceptance.detail
     if isinstance(acceptance, RouteUnreported):
         return "the route has no status.parents"
+    if isinstance(acceptance, RouteRejected):
+        return rejection_message(acceptance)
     return "the route does not hold the weights written yet"
 
 
