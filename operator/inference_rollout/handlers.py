@@ -2,8 +2,10 @@
 
 * One daemon per InferenceRollout loops ``reconcile`` → sleep until the core's requeue time, and
   wakes early when the object changes in a way that matters (new generation, a steering request,
-  deletion).  A daemon per object keeps 500 rollouts on their own schedules without a central
-  scheduler, and costs one asyncio task each.
+  deletion), when a revision's Deployment has news (its controller caught up: pods Ready or
+  lost) and when the gateway answers for the rollout's route (``core.wakeups``).  A daemon per
+  object keeps 500 rollouts on their own schedules without a central scheduler, and costs one
+  asyncio task each.
 * The delete handler (kopf's finalizer, under the project's own name) returns traffic to stable
   before the object goes; with a user-owned route the stable revision is also orphaned, so the
   route keeps a live backend after the rollout's garbage collection.
@@ -24,7 +26,8 @@ from aiohttp import web
 from kubernetes.client import Configuration
 
 from . import deletion_watchdog, operator_metrics
-from .api import GROUP, PLURAL, VERSION
+from .api import GROUP, LABEL_ROLLOUT, PLURAL, VERSION
+from .core import wakeups
 from .core.types import RecordEvent
 from .kube import Kube, load_configuration, rollout_path
 from .notify.delivery import Notifier, Settings
@@ -67,13 +70,18 @@ async def _post_event(body: dict[str, Any], event: RecordEvent) -> None:
                message=event.message[:1000])
 
 
+_WAKEUP_HANDLERS = tuple(f"Handler '{name}'" for name in (
+    "wake_on_change", "wake_on_deployment", "wake_on_route"))
+
+
 class _QuietWakeups(logging.Filter):
-    """Drop kopf's "Handler 'wake_on_change' succeeded." (one line per watch event, hundreds per
-    release, each a no-op); its failures and every other handler's lines stay."""
+    """Drop kopf's "Handler 'wake_on_change' succeeded." and its siblings' (one line per watch
+    event, hundreds per release, each a no-op); their failures and every other handler's lines
+    stay."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         return record.levelno > logging.INFO or not record.getMessage().startswith(
-            "Handler 'wake_on_change'")
+            _WAKEUP_HANDLERS)
 
 
 def configure(settings: kopf.OperatorSettings) -> None:
@@ -168,9 +176,30 @@ async def wake_on_change(body: kopf.Body, **_: Any) -> None:
     requests = status.get("requests") or {}
     generation_moved = meta.get("generation") != status.get("observedGeneration")
     if generation_moved or any(requests.values()) or meta.get("deletionTimestamp"):
-        ev = Runtime.wake.get(_key(meta.get("namespace"), meta.get("name")))
-        if ev is not None:
-            ev.set()
+        _wake(meta.get("namespace"), meta.get("name"))
+
+
+@kopf.on.event("apps", "v1", "deployments", labels={LABEL_ROLLOUT: kopf.PRESENT})
+async def wake_on_deployment(body: kopf.Body, **_: Any) -> None:
+    """A revision's pods became Ready (or were lost): the step need not wait for the poll."""
+    rollout = wakeups.deployment_rollout(dict(body))
+    if rollout is not None:
+        _wake(body.get("metadata", {}).get("namespace"), rollout)
+
+
+@kopf.on.event("gateway.networking.k8s.io", "v1", "httproutes")
+async def wake_on_route(body: kopf.Body, **_: Any) -> None:
+    """The gateway answered for the route's current generation: a pending weight's hold may
+    start (or a refusal be acted on) now."""
+    namespace = body.get("metadata", {}).get("namespace")
+    for rollout in wakeups.route_rollouts(dict(body)):
+        _wake(namespace, rollout)
+
+
+def _wake(namespace: str | None, name: str | None) -> None:
+    ev = Runtime.wake.get(_key(namespace, name))
+    if ev is not None:
+        ev.set()
 
 
 @kopf.daemon(GROUP, VERSION, PLURAL, cancellation_timeout=5.0)

@@ -36,11 +36,11 @@ NAMESPACED_RULES = {
     ("rollouts.inference.dev", "inferencerollouts"): ["get", "list", "watch", "patch"],
     ("rollouts.inference.dev", "inferencerollouts/status"): ["patch"],
     ("rollouts.inference.dev", "inferencerollouts/finalizers"): ["update"],
-    ("apps", "deployments"): ["list", "create", "patch", "delete"],
+    ("apps", "deployments"): ["list", "watch", "create", "patch", "delete"],
     ("", "services"): ["get", "create", "patch", "delete"],
     ("", "pods"): ["list"],
     ("", "configmaps"): ["get"],  # the evaluation gate reads spec.evaluation's cases
-    ("gateway.networking.k8s.io", "httproutes"): ["get", "create", "patch"],
+    ("gateway.networking.k8s.io", "httproutes"): ["get", "list", "watch", "create", "patch"],
     ("", "events"): ["create"],
 }
 CRD_SCANNING = {("apiextensions.k8s.io", "customresourcedefinitions"): ["list", "watch"]}

@@ -19,3 +19,11 @@ def test_only_the_wakeup_successes_are_dropped() -> None:
                                logging.ERROR))
     assert quiet.filter(record("Handler 'on_delete' succeeded."))
     assert quiet.filter(record("Daemon 'run_rollout' succeeded."))
+
+
+def test_the_deployment_and_route_wakeups_are_quiet_too() -> None:
+    quiet = _QuietWakeups()
+    assert not quiet.filter(record("Handler 'wake_on_deployment' succeeded."))
+    assert not quiet.filter(record("Handler 'wake_on_route' succeeded."))
+    assert quiet.filter(record("Handler 'wake_on_route' failed with an exception.",
+                               logging.ERROR))

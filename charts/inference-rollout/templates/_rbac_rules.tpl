@@ -37,14 +37,16 @@ namespace in namespaces mode). */}}
   verbs: ["update"]
 # Each revision's Deployment (<rollout>-<revision>).
 #   list   - observe the rollout's revisions by label (desired/ready/available pods).
+#   watch  - kopf's watch stream: a revision's pods Ready (or lost) wake its rollout at once
+#            instead of at the next 2 s poll (core/wakeups.py).
 #   create - a new revision's Deployment, once; its pod template never changes afterwards.
 #   patch  - scale it (spec.replicas only); on deletion with a user-owned route, drop the
 #            stable revision's ownerReferences so garbage collection keeps the route's backend.
 #   delete - an old or rolled-back revision, once no traffic points at it.
-#   No get (never read by name), no watch, no update.
+#   No get (never read by name), no update.
 - apiGroups: ["apps"]
   resources: ["deployments"]
-  verbs: ["list", "create", "patch", "delete"]
+  verbs: ["list", "watch", "create", "patch", "delete"]
 # Each revision's Service (the route's backend).
 #   get    - does it exist yet; create - once per revision; patch - the orphaning above;
 #   delete - with its revision.
@@ -59,13 +61,15 @@ namespace in namespaces mode). */}}
   verbs: ["list"]
 # HTTPRoutes.
 #   get    - read the weights, and verify after every write that the API server holds them.
+#   list, watch - kopf's watch stream: the gateway's answer for the route's new generation
+#            wakes the rollout at once instead of at the next 2 s poll (core/wakeups.py).
 #   patch  - existing-route mode: a merge patch of the rules' backendRefs, guarded by
 #            resourceVersion; owned-route mode: server-side apply of the whole route.
 #   create - server-side apply that creates the owned route is authorized as create as well.
 #   No delete: an owned route goes with its rollout by garbage collection (ownerReference).
 - apiGroups: ["gateway.networking.k8s.io"]
   resources: ["httproutes"]
-  verbs: ["get", "create", "patch"]
+  verbs: ["get", "list", "watch", "create", "patch"]
 # Events (core v1).
 #   create - kopf.event posts one Event per step, promotion, rollback (StepWeightSet, Promoted,
 #            AnalysisFailed, ...); kopf never updates or patches an Event.
