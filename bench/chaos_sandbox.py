@@ -36,6 +36,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import Counter
 from dataclasses import asdict
 from pathlib import Path
 
@@ -297,6 +298,16 @@ class ChaosRun:
             time.sleep(3)
             self.sandbox_up()
 
+    def warnings_by_reason(self) -> dict[str, int]:
+        """The Warning Events the operator posted in the run's namespace, counted by reason
+        (``BackendUnresolved``: a canary's share taken back while the gateway could not find its
+        Service; each Event's ``count`` included)."""
+        counts: Counter[str] = Counter()
+        for ev in self.cluster.core.list_namespaced_event(self.ns).items:
+            if ev.type == "Warning":
+                counts[ev.reason or ""] += ev.count or 1
+        return dict(sorted(counts.items()))
+
     def final_routes(self) -> dict[str, dict[str, int]]:
         return {name: rel.route() for name, rel in self.rollouts.items()}
 
@@ -330,6 +341,7 @@ def main() -> int:
         run.run()
         time.sleep(2)  # the watch catches up
         verdict = judge_run(run.releases, list(run.watcher.seen), run.final_routes())
+        verdict["warnings_by_reason"] = run.warnings_by_reason()
     finally:
         run.stop()
         ns_left = run.ns
