@@ -13,6 +13,8 @@ none) does not hold a release under the default ``routeStatus``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -23,7 +25,7 @@ from tests.integration.rollout_world import kube_for
 from inference_rollout.api import reasons as r
 from inference_rollout.core.revision import template_hash
 from inference_rollout.core.types import RecordEvent
-from inference_rollout.kube import ns_path, rollout_path
+from inference_rollout.kube import KubeError, ns_path, rollout_path
 from inference_rollout.reconciler import Deps, reconcile
 from irsandbox.control_plane import ControlPlane
 from irsandbox.manifests import container, inference_rollout
@@ -287,3 +289,100 @@ def test_required_waits_for_a_gateway_that_writes_no_status(op: Operator) -> Non
     assert "canary pods ready; waiting for the gateway to accept the route at 0%" in \
         st["message"]
     assert "routeStatus: Required" in op.condition(r.ROUTE_ACCEPTED)["message"]
+
+
+def healthy(op: Operator) -> str:
+    """The first revision Healthy (the gateway answering every route write); its hash."""
+    op.run(op.kube.create(rollout_path(op.ns, "").rstrip("/"), manifest("m1")))
+    op.reconcile()
+    stable = str(op.status["stableRevision"])
+    op.ready(stable)
+    op.gateway_writes()
+    op.reconcile()
+    assert op.status["phase"] == "Healthy"
+    return stable
+
+
+def exists(op: Operator, group: str, kind: str, name: str) -> bool:
+    version = "v1"
+    return op.run(op.kube.get_or_none(ns_path(group, version, op.ns, kind, name))) is not None
+
+
+def test_a_crash_between_the_canarys_creations_cannot_leave_its_service_missing(
+        op: Operator) -> None:
+    """The Service is created before the Deployment: the core asks for a revision again only
+    while its Deployment is missing, so a reconcile cut short between the two (here: the API
+    server refusing the Deployment, by an admission policy) must leave the Deployment missing."""
+    healthy(op)
+    new = manifest("m2")["spec"]
+    canary = template_hash(new["template"])
+    with refused_deployment(op, f"chat-{canary}"):
+        op.patch(rollout_path(op.ns, "chat"), {"spec": {"template": new["template"]}})
+        with pytest.raises(Exception, match="refused by the test"):
+            op.reconcile()
+        assert exists(op, "", "services", f"chat-{canary}")
+        assert not exists(op, "apps", "deployments", f"chat-{canary}")
+    op.reconcile()
+    assert exists(op, "apps", "deployments", f"chat-{canary}")
+
+
+@contextlib.contextmanager
+def refused_deployment(op: Operator, name: str) -> Iterator[None]:
+    """The API server refuses to create the Deployment ``name`` in the test's namespace (a
+    ValidatingAdmissionPolicy), as a crash would cut the reconcile short at that call."""
+    policy = f"refuse-{op.ns}"
+    admission = "/apis/admissionregistration.k8s.io/v1"
+    op.run(op.kube.create(f"{admission}/validatingadmissionpolicies", {
+        "metadata": {"name": policy},
+        "spec": {"failurePolicy": "Fail",
+                 "matchConstraints": {"resourceRules": [{
+                     "apiGroups": ["apps"], "apiVersions": ["v1"], "operations": ["CREATE"],
+                     "resources": ["deployments"]}]},
+                 "validations": [{"expression": f"object.metadata.name != '{name}'",
+                                  "message": "refused by the test"}]}}))
+    op.run(op.kube.create(f"{admission}/validatingadmissionpolicybindings", {
+        "metadata": {"name": policy},
+        "spec": {"policyName": policy, "validationActions": ["Deny"],
+                 "matchResources": {"namespaceSelector": {"matchLabels": {
+                     "kubernetes.io/metadata.name": op.ns}}}}}))
+    labels = {"app": "probe"}
+    probe = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name},
+             "spec": {"selector": {"matchLabels": labels}, "template": {
+                 "metadata": {"labels": labels},
+                 "spec": {"containers": [{"name": "c", "image": "x"}]}}}}
+    deadline = time.monotonic() + 30
+    while True:  # the policy takes effect once the API server's informer has it
+        try:
+            op.run(op.kube.request("POST", ns_path("apps", "v1", op.ns, "deployments"), probe,
+                                   params={"dryRun": "All"}))
+        except KubeError as e:
+            assert "refused by the test" in str(e)
+            break
+        assert time.monotonic() < deadline, "the admission policy never took effect"
+        time.sleep(0.2)
+    try:
+        yield
+    finally:
+        op.run(op.kube.delete(f"{admission}/validatingadmissionpolicybindings/{policy}"))
+        op.run(op.kube.delete(f"{admission}/validatingadmissionpolicies/{policy}"))
+        time.sleep(2)  # the API server's informer drops the policy
+
+
+def test_a_canary_service_gone_is_created_again_while_the_gateway_cannot_find_it(
+        op: Operator) -> None:
+    """Someone deletes the canary's Service: the gateway reports BackendNotFound, and the
+    operator creates the Service again (its Deployment's size alone would not ask for it)."""
+    stable = healthy(op)
+    new = manifest("m2")["spec"]
+    op.patch(rollout_path(op.ns, "chat"), {"spec": {"template": new["template"]}})
+    canary = template_hash(new["template"])
+    op.reconcile()
+    op.ready(canary)
+    op.run(op.kube.delete(ns_path("", "v1", op.ns, "services", f"chat-{canary}")))
+    op.gateway_writes(resolved="False")
+    op.reconcile()
+    assert exists(op, "", "services", f"chat-{canary}")
+    assert op.weights() == {stable: 100, canary: 0}  # not before the gateway resolves it
+    op.gateway_writes()
+    op.reconcile()
+    assert op.weights() == {stable: 80, canary: 20}

@@ -15,6 +15,7 @@ from inference_rollout.api import reasons as r
 from inference_rollout.core.timeutil import from_iso
 from inference_rollout.core.types import (
     Decision,
+    EnsureRevision,
     RecordEvent,
     RouteAcceptance,
     RouteApplied,
@@ -193,6 +194,10 @@ def test_a_gateway_late_to_see_the_canarys_service_delays_the_first_weight() -> 
     sim.run_until(lambda s: s.status.canary_weight == 5, limit=600)
     assert (sim.now - since).total_seconds() >= 30  # not before the gateway resolved it
     assert all(d.status.canary_weight == 0 for d in sim.decisions[:-1])
+    # meanwhile the canary's Service is checked (and created if missing) at every look
+    waits = [d for d in sim.decisions[:-1] if "resolve the canary's backend" in d.status.message]
+    assert waits and all(any(isinstance(a, EnsureRevision) and a.revision == sim.canary
+                             for a in d.actions) for d in waits)
     sim.run_until(lambda s: s.canary is None, limit=1500)
     assert not any(d.rolled_back for d in sim.decisions)
     assert sim.status.phase == "Healthy" and sim.stable is not None

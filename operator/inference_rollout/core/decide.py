@@ -77,6 +77,8 @@ class _Run:
     wakeups: list[float] = field(default_factory=list)
     #: Set by a rollback decided in this call: its reason and message.
     rolled_back: tuple[str, str] | None = None
+    #: Revisions asked for even at their size: their Service (and pool) must be checked.
+    recheck: set[str] = field(default_factory=set)
 
     def event(self, type_: str, reason: str, message: str) -> None:
         self.actions.append(RecordEvent("Warning" if type_ == "Warning" else "Normal", reason,
@@ -95,7 +97,7 @@ class _Run:
         replaces an earlier one (e.g. a rollback after the step's scaling was computed)."""
         self.cancel_scaling(revision)
         seen = self.world.revisions.get(revision)
-        if seen is None or seen.desired != replicas:
+        if seen is None or seen.desired != replicas or revision in self.recheck:
             self.actions.append(EnsureRevision(revision, replicas))
 
 
@@ -544,6 +546,7 @@ def _raise_weight(run: _Run, step: Step, ready: int) -> bool:
     if _gateway_behind(run):
         # A weight is raised only from a route the gateway serves: never onto a backend it
         # cannot find yet (it would answer that share with 500).
+        _recheck_backends(run)
         if _deadline_passed(run):
             _route_not_accepted(run, run.world.route_acceptance)
         return False
@@ -644,6 +647,19 @@ def _backend_unresolved(run: _Run) -> RouteRejected | None:
     if run.world.route != desired_route(run.status):
         return None
     return route_gate.unresolved_backend(run.spec, run.world.route_acceptance)
+
+
+def _recheck_backends(run: _Run) -> None:
+    """While the gateway cannot find a backend, have the canary's Service (and pool) checked
+    and created if missing: the canary is otherwise asked for only when its Deployment's size
+    is off, so a Service deleted by hand (or never created) would stay missing."""
+    canary = run.status.canary_revision
+    seen = run.world.revisions.get(canary or "")
+    if not canary or seen is None or _backend_unresolved(run) is None:
+        return
+    run.recheck.add(canary)  # a later scaling of it in this call keeps the check
+    if not any(isinstance(a, EnsureRevision) and a.revision == canary for a in run.actions):
+        run.actions.append(EnsureRevision(canary, seen.desired))
 
 
 def _withdraw_weight(run: _Run, rejected: RouteRejected) -> None:

@@ -188,7 +188,13 @@ class Revisions:
     async def ensure(self, revision: str, replicas: int, template: PodTemplate | None,
                      template_revision: str) -> None:
         """Scale the revision's Deployment, creating it (and its Service) if missing.  A missing
-        revision can only be created from the spec's template, i.e. when it is the spec's one."""
+        revision can only be created from the spec's template, i.e. when it is the spec's one.
+
+        The Service (and pool) are created *before* the Deployment: the core asks for a
+        revision only while its Deployment is missing or at another size, so a crash between
+        the two creations must leave the Deployment missing, not the Service (the sandbox's
+        chaos run found canaries whose Service never came, the gateway answering their share
+        with 500 and ``BackendNotFound``)."""
         try:
             await self.kube.merge_patch(self._path("Deployment", revision),
                                         {"spec": {"replicas": replicas}})
@@ -200,16 +206,22 @@ class Revisions:
                     f"Deployment {self._name(revision)} is gone and its template is no longer in "
                     "the spec; recreate it by re-applying that template, or change the template "
                     "to start a new release") from e
+            await self._ensure_backends(revision, template)
             await self._create_once("Deployment", revision, deployment_body(
                 self.namespace, self.rollout, self.uid, revision, template, replicas))
+            return
         if replicas > 0 and template is not None and revision == template_revision:
-            port = template.serving_port()
-            await self._ensure_exists("Service", revision, service_body(
-                self.namespace, self.rollout, self.uid, revision, port))
-            if self.pools is not None:  # created before the first weight: the route names it
-                await self._ensure_exists("InferencePool", revision, pool_body(
-                    self.namespace, self.rollout, self.uid, revision, port, self.pools),
-                    if_no_api=NO_POOL_CRD)
+            await self._ensure_backends(revision, template)
+
+    async def _ensure_backends(self, revision: str, template: PodTemplate) -> None:
+        """The revision's Service (and InferencePool): what the route names as its backend."""
+        port = template.serving_port()
+        await self._ensure_exists("Service", revision, service_body(
+            self.namespace, self.rollout, self.uid, revision, port))
+        if self.pools is not None:  # created before the first weight: the route names it
+            await self._ensure_exists("InferencePool", revision, pool_body(
+                self.namespace, self.rollout, self.uid, revision, port, self.pools),
+                if_no_api=NO_POOL_CRD)
 
     async def _ensure_exists(self, kind: str, revision: str, body: dict[str, Any],
                              if_no_api: str = "") -> None:
