@@ -229,31 +229,38 @@ class ChaosRun:
             self.starting.discard(r.name)
 
     def sigkill_component(self, *names: str) -> None:
-        """SIGKILL each component and its children: nginx's workers outlive a killed master
-        and keep the port (and the old configuration), which no real gateway restart does."""
+        """SIGKILL each component and all its descendants, listed before the first kill: nginx's
+        workers outlive a killed master and keep the port (and the old configuration), which no
+        real gateway restart does, and once the master is dead (the translator's child) its
+        workers belong to init and no longer show as its children."""
+        victims: list[int] = []
         for name in names:
             pidfile = Path(self.env["IR_STATE"]) / "pids" / f"{name}.pid"
             try:
-                pid = int(pidfile.read_text().split()[0])
+                victims += _process_tree(int(pidfile.read_text().split()[0]))
             except (OSError, ValueError):
                 continue
-            children = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True,
-                                      text=True).stdout.split()
-            for victim in (pid, *map(int, children)):
-                with contextlib.suppress(OSError):  # one already gone must not spare the rest
-                    os.kill(victim, 9)
-        self.note(f"SIGKILL {', '.join(names)} (and their children)")
+        for victim in dict.fromkeys(victims):
+            with contextlib.suppress(OSError):  # one already gone must not spare the rest
+                os.kill(victim, 9)
+        self.note(f"SIGKILL {', '.join(names)} (and their descendants: {len(victims)} pids)")
 
-    def sandbox_up(self) -> None:
-        t0 = time.monotonic()
-        done = subprocess.run(["bash", str(ROOT / "sandbox" / "up.sh")], check=False,
-                              capture_output=True, text=True,
-                              env={**os.environ, **self.env, "IR_PYTHON": sys.executable})
-        took = f"{time.monotonic() - t0:.0f} s"
-        if done.returncode:
-            self.note(f"sandbox/up.sh FAILED ({took}): {done.stderr.strip()[-400:]}")
-        else:
-            self.note(f"sandbox/up.sh restarted what was down ({took})")
+    def sandbox_up(self, attempts: int = 3) -> None:
+        """Start again what is down, as a kubelet restarts a crashed component: retried, so a
+        start that fails once (a port not yet released) does not leave it down for the rest
+        of the run."""
+        for attempt in range(1, attempts + 1):
+            t0 = time.monotonic()
+            done = subprocess.run(["bash", str(ROOT / "sandbox" / "up.sh")], check=False,
+                                  capture_output=True, text=True,
+                                  env={**os.environ, **self.env, "IR_PYTHON": sys.executable})
+            took = f"{time.monotonic() - t0:.0f} s"
+            if not done.returncode:
+                self.note(f"sandbox/up.sh restarted what was down ({took})")
+                return
+            self.note(f"sandbox/up.sh FAILED ({took}, attempt {attempt}/{attempts}): "
+                      f"{done.stderr.strip()[-400:]}")
+            time.sleep(3)
 
     # --- the run ------------------------------------------------------------------------------
 
@@ -317,6 +324,17 @@ class ChaosRun:
         for r in self.replicas:
             r.stop()
         self.watcher.stop()
+
+
+def _process_tree(pid: int) -> list[int]:
+    """``pid`` and its descendants, parents first."""
+    tree, i = [pid], 0
+    while i < len(tree):
+        children = subprocess.run(["pgrep", "-P", str(tree[i])], capture_output=True,
+                                  text=True).stdout.split()
+        tree += [int(c) for c in children if int(c) not in tree]
+        i += 1
+    return tree
 
 
 def main() -> int:
