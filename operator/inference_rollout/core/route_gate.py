@@ -12,12 +12,13 @@ The router reports what the gateway wrote in the route's status (:class:`RouteAc
 * ``Ignored``: the status is never consulted (the behaviour before route status was read).
 
 A ``ResolvedRefs=False BackendNotFound`` is the one refusal that is not final.  Every backendRef
-of the route is a revision the operator created (its Service or InferencePool) before it wrote
-a weight to it, so the gateway has not seen that object *yet*: its caches lag after its own
-restart or the API server's (the sandbox's chaos run saw 17 good canaries rolled back this way),
-or someone deleted the Service by hand.  While it lasts the gateway answers the canary's share
-with HTTP 500 (Gateway API semantics), so the core takes that share back to 0 % and raises it
-again once the gateway resolves the backend; the progress deadline bounds the wait
+of the route is a revision the operator creates (its Service or InferencePool), so either the
+gateway has not seen that object *yet* (its caches lag after its own restart or the API
+server's) or the object is missing and the operator creates it again (deleted by hand; or, before
+Services were created ahead of Deployments, never created by an operator killed between the two:
+17 good canaries rolled back in the sandbox's chaos run).  While it lasts the gateway answers the
+canary's share with HTTP 500 (Gateway API semantics), so the core takes that share back to 0 %
+and raises it again once the gateway resolves the backend; the progress deadline bounds the wait
 (:func:`unresolved_backend`).
 
 Pure: no I/O, no clock.  The decision (start the hold, wait, roll back) is :mod:`.decide`'s.
