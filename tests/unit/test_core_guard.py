@@ -8,7 +8,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from tests.unit.coresim import T0
-from tests.unit.test_core_decide import at_step, events, in_release, of, steps
+from tests.unit.test_core_decide import analysis, at_step, events, in_release, of, steps
 
 from inference_rollout.api import reasons as r
 from inference_rollout.api.status import InferenceRolloutStatus
@@ -240,3 +240,33 @@ def test_a_canary_that_loses_its_pod_while_the_fleet_grows_still_loses_its_weigh
     sim.advance(5)
     d = sim.reconcile(settle=False)
     assert d.status.canary_weight == 0 and r.CANARY_UNAVAILABLE in events(d)
+
+
+def test_no_data_while_the_pods_were_lost_does_not_count_toward_the_error_limit() -> None:
+    """The e2e flake of issue 13 (run 2): two NoData errors while the canary's pods went, two
+    more while the returned pods' series were not scraped yet, and the release paused at the
+    limit of 4 although nothing was wrong with Prometheus or the metric."""
+    sim, _old, new = in_release(analysis={**analysis(), "consecutiveErrorLimit": 4},
+                                strategy=steps((20, "1h"), 100))
+    sim.run_until(at_step(0, 20))
+    sim.world.auto_ready = False
+    sim.verdicts = "nodata"
+    sim.advance(10)
+    sim.reconcile(settle=False)  # the pods are going: no series, one error
+    assert sim.status.analysis["errors"].consecutive_errors == 1
+    sim.world.set_ready(new, 0)
+    sim.advance(10)
+    d = sim.reconcile(settle=False)  # gone: one more error, and the guard takes the weight
+    assert d.status.canary_weight == 0 and r.CANARY_UNAVAILABLE in events(d)
+    assert d.status.analysis["errors"].consecutive_errors == 0
+    sim.world.auto_ready = True
+    sim.run_until(at_step(0, 20), limit=60)  # back; their series are not scraped yet
+    for _ in range(3):
+        sim.advance(10)
+        sim.reconcile()
+    assert sim.status.analysis["errors"].consecutive_errors == 3
+    assert sim.status.paused_reason is None
+    sim.verdicts = "pass"
+    sim.advance(10)
+    sim.reconcile()
+    assert sim.status.analysis["errors"].consecutive_errors == 0

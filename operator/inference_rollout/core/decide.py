@@ -341,10 +341,15 @@ def _steer_pause(run: _Run) -> None:
         rq.pause = False
     if rq.resume:
         st.paused_reason = None
-        for result in st.analysis.values():
-            result.consecutive_errors = 0
+        _forget_errors(st)
         gate.reset_errors(st)
         rq.resume = False
+
+
+def _forget_errors(st: InferenceRolloutStatus) -> None:
+    """Count the metrics' errors in a row from zero again."""
+    for result in st.analysis.values():
+        result.consecutive_errors = 0
 
 
 def _analyse(run: _Run) -> bool:
@@ -727,6 +732,10 @@ def _guard_capacity(run: _Run, step: Step, ready: int) -> bool:
     st.weight_replicas = run.spec.replicas
     st.step_entered_at = to_iso(run.now)
     st.step_started_at = None
+    # The queries that found no canary series since its pods went (this call's among them)
+    # measured the loss this guard handles, not a metric that cannot be measured: counted on,
+    # they would pause the release (consecutiveErrorLimit) soon after its pods are back.
+    _forget_errors(st)
     if st.paused_reason in (r.MANUAL_STEP, r.INCONCLUSIVE_LIMIT):
         # Those waits were about the step at its full weight.
         st.paused_reason = None
