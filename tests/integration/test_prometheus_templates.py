@@ -324,3 +324,43 @@ def test_sequential_counts_come_from_real_promql(prom_url: str) -> None:
     assert an.judge(errors, got["errors"], rates).verdict == "Fail"
     # ITL counts tokens (4 per request here): ~320 clean observations pass
     assert an.judge(itl, got["itl"], rates).verdict == "Pass"
+
+
+BORN = "4b4b4b4b4"
+
+
+def test_the_first_error_of_a_new_series_counts(prometheus: Any) -> None:
+    """A counter labelled by outcome (``status="5xx"``) has no series until its first error and
+    appears at 1: plain ``increase()`` counts 0 for it (1 → 1), so a canary's first error was
+    never seen.  The error-rate template counts it, in its value, samples and counts."""
+    pod = PodProfile(NS, f"chat-{BORN}-bcdfg2456-b0rn1", requests=2, finished={"stop": 1},
+                     http={"2xx": 1})
+    with FakeVllmExporter([pod]) as exporter:
+        server = prometheus(exporter.scrape_configs(), scrape_interval="1s")
+        server.wait_until(f'count_over_time(up{{pod="{pod.pod}"}}[1m])',
+                          lambda r: bool(r) and float(r[0]["value"][1]) >= WINDOW_S + 2)
+        with exporter.lock:  # one request fails: its series is born at 1 and stays there
+            pod.state["http:5xx"] = 1.0
+            pod.http = {"2xx": 1, "5xx": 0}
+        five = f'http_requests_total{{pod="{pod.pod}",status="5xx"}}'
+        server.wait_until(f"count_over_time({five}[1m])", lambda r: bool(r)
+                          and float(r[0]["value"][1]) >= 3)
+        # The fact behind the change, from the real Prometheus:
+        plain = server.query(f"sum(increase({five}[{WINDOW_S}s]))")
+        assert float(plain[0]["value"][1]) == 0.0
+
+        metric = MetricSpec(name="errors", template="error-rate", max=0.01)
+        window = run(server.url, BORN, [metric], stable=None, min_samples=3)["errors"]
+        assert window.error is None and window.value is not None and window.value > 0.01
+        assert an.judge(metric, window).verdict == "Fail"
+
+        async def counted() -> Measurement:
+            async with PrometheusSource(server.url, timeout_s=5.0) as source:
+                got = await measure(source, NS, ROLLOUT, BORN, None, [metric], interval_s=WINDOW_S,
+                                    default_min_samples=3, scrape_interval_s=1.0,
+                                    since=time.time() - WINDOW_S)
+            return got["errors"]
+
+        m = asyncio.run(counted())
+        assert m.evidence is not None and m.evidence.errors == 1.0, m
+        server.stop()

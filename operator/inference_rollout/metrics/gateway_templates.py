@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..api import HASH_LENGTH
-from .promql import Revision, quote, regex_escape
+from .promql import Revision, counted_increase, quote, regex_escape
 
 GATEWAY_ERROR_RATE = "gateway-error-rate"
 GATEWAY_TRAFFIC_SHARE = "gateway-traffic-share"
@@ -92,22 +92,28 @@ GATEWAYS: dict[str, Gateway] = {
 }
 
 
-def _count(g: Gateway, matchers: str, w: str, fn: str = "increase") -> str:
-    return f"sum({fn}({g.metric}{{{matchers}}}[{w}]))"
+def _count(g: Gateway, matchers: str, w: str) -> str:
+    return f"sum(increase({g.metric}{{{matchers}}}[{w}]))"
+
+
+def _counted(g: Gateway, matchers: str, w: str) -> str:
+    """Requests with the one that created a series (a backend's first 5xx), as the
+    ``error-rate`` template counts them (:func:`.promql.counted_increase`)."""
+    return f"sum({counted_increase(g.metric, matchers, w)})"
 
 
 def error_rate(gateway: str, rev: Revision, w: str) -> str:
     g = GATEWAYS[gateway]
     own, errors = g.backend(rev), f'{g.backend(rev)},{g.code_label}=~"5.."'
-    total = _count(g, own, w, "rate")
+    total = _counted(g, own, w)
     # `or 0 * total`: no 5xx series yet is 0 where the backend has traffic, NoData where not.
-    return f"({_count(g, errors, w, 'rate')} or 0 * {total}) / {total}"
+    return f"({_counted(g, errors, w)} or 0 * {total}) / {total}"
 
 
 def requests(gateway: str, rev: Revision, w: str) -> str:
     """Requests the gateway routed to the revision in the window (the sample guard)."""
     g = GATEWAYS[gateway]
-    return _count(g, g.backend(rev), w)
+    return _counted(g, g.backend(rev), w)
 
 
 def error_counts(gateway: str, rev: Revision, w: str) -> str:
@@ -115,8 +121,8 @@ def error_counts(gateway: str, rev: Revision, w: str) -> str:
     g = GATEWAYS[gateway]
     own = g.backend(rev)
     errors = f'{own},{g.code_label}=~"5.."'
-    return (f'label_replace({_count(g, errors, w)}, "part", "http_errors", "", "") or '
-            f'label_replace({_count(g, own, w)}, "part", "http_requests", "", "")')
+    return (f'label_replace({_counted(g, errors, w)}, "part", "http_errors", "", "") or '
+            f'label_replace({_counted(g, own, w)}, "part", "http_requests", "", "")')
 
 
 def traffic_share_error(gateway: str, rev: Revision, w: str, weight: int) -> str:

@@ -79,6 +79,27 @@ class Revision:
         return f'namespace="{quote(self.namespace)}",pod=~"{quote(self.pod_regex)}"'
 
 
+def counted_increase(metric: str, sel: str, w: str) -> str:
+    """Per series, the events in the window, counting the event that created the series.
+
+    A labelled counter (``finished_reason="error"``, ``status="5xx"``) has no series until its
+    first event and appears at 1; ``increase()`` sees 1 → 1 and counts nothing, so the first
+    error of every pod went unseen and a 5 % error canary needed a second one to fail.  Series
+    with a sample in the hour before the window keep ``increase()``; a series whose first sample
+    is inside the window counts its whole value (counters start at 0).  An hour, not the 5 m
+    an instant ``offset`` looks back: after a Prometheus or scrape outage of minutes, a series
+    is not reborn (its whole life would count as the window's).  ``+ 0`` drops the metric name,
+    as ``increase()`` does, so the parts share label sets with each other and with the
+    revision's other series."""
+    m = f"{metric}{{{sel}}}"
+    seen = f"present_over_time({m}[{BORN_LOOKBACK}] offset {w})"
+    return f"(increase({m}[{w}]) and {seen} or ({m} unless {seen}) + 0)"
+
+
+#: How far before a window :func:`counted_increase` looks for a series' earlier samples.
+BORN_LOOKBACK = "1h"
+
+
 def format_window(seconds: float) -> str:
     """A PromQL range duration in whole seconds (``90s``); at least 1s."""
     return f"{max(1, round(seconds))}s"

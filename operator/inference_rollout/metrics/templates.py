@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..api.spec import BUILTIN_TEMPLATES, GATEWAY_TEMPLATES
+from .promql import counted_increase
 
 Render = Callable[[str, str], str]  # (selector, window) -> PromQL
 
@@ -37,6 +38,7 @@ class Template:
 
 def _rate(metric: str, sel: str, w: str) -> str:
     return f"rate({metric}{{{sel}}}[{w}])"
+
 
 
 def _p99(*bucket_metrics: str) -> Render:
@@ -79,20 +81,21 @@ def _labelled(expr: str, source: str) -> str:
 def _error_rate(sel: str, w: str) -> str:
     errors = sel + ',finished_reason="error"'
     http_5xx = sel + ',status=~"5.."'  # matches grouped "5xx" and exact "500", "503", ...
+    # Counts, not rates: the ratio is the same, and only counts can include a series' birth.
     engine = _ratio_or_zero(
-        f"sum({_rate('vllm:request_success_total', errors, w)})",
-        f"sum({_rate('vllm:request_success_total', sel, w)})",
+        f"sum({counted_increase('vllm:request_success_total', errors, w)})",
+        f"sum({counted_increase('vllm:request_success_total', sel, w)})",
     )
     http = _ratio_or_zero(
-        f"sum({_rate('http_requests_total', http_5xx, w)})",
-        f"sum({_rate('http_requests_total', sel, w)})",
+        f"sum({counted_increase('http_requests_total', http_5xx, w)})",
+        f"sum({counted_increase('http_requests_total', sel, w)})",
     )
     return f"max({_labelled(engine, 'engine')} or {_labelled(http, 'http')})"
 
 
 def _error_rate_samples(sel: str, w: str) -> str:
-    engine = f"sum(increase(vllm:request_success_total{{{sel}}}[{w}]))"
-    http = f"sum(increase(http_requests_total{{{sel}}}[{w}]))"
+    engine = f"sum({counted_increase('vllm:request_success_total', sel, w)})"
+    http = f"sum({counted_increase('http_requests_total', sel, w)})"
     return f"max({_labelled(engine, 'engine')} or {_labelled(http, 'http')})"
 
 
@@ -107,7 +110,7 @@ def _error_counts(sel: str, w: str) -> str:
                                "http_requests_total", "http_requests_total"),
                  (errors, sel, http_5xx, sel), strict=True)
     return " or ".join(
-        f'label_replace(sum(increase({metric}{{{s}}}[{w}])), "part", "{part}", "", "")'
+        f'label_replace(sum({counted_increase(metric, s, w)}), "part", "{part}", "", "")'
         for part, metric, s in counts)
 
 
