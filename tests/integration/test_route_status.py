@@ -386,3 +386,17 @@ def test_a_canary_service_gone_is_created_again_while_the_gateway_cannot_find_it
     op.gateway_writes()
     op.reconcile()
     assert op.weights() == {stable: 80, canary: 20}
+
+
+def test_a_stable_service_gone_is_created_again_while_the_gateway_cannot_find_it(
+        op: Operator) -> None:
+    """At rest: someone deletes the stable's Service, the gateway answers every request 500 and
+    reports BackendNotFound; the operator creates the Service again."""
+    stable = healthy(op)
+    op.run(op.kube.delete(ns_path("", "v1", op.ns, "services", f"chat-{stable}")))
+    op.reconcile()  # the gateway has not said anything yet: nothing to go on
+    assert not exists(op, "", "services", f"chat-{stable}")
+    op.gateway_writes(resolved="False")
+    op.reconcile()
+    assert exists(op, "", "services", f"chat-{stable}")
+    assert op.weights() == {stable: 100} and op.status["phase"] == "Healthy"

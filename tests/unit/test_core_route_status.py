@@ -337,3 +337,22 @@ def test_a_gateway_that_starts_refusing_at_stable_is_reported_once() -> None:
     assert reasons(decisions).count(r.ROUTE_REJECTED) == 1
     assert condition(sim).status == "False"
     assert sim.status.phase == "Healthy"  # no release to stop: the route stays as it is
+
+
+def test_a_stables_service_the_gateway_cannot_find_is_asked_for_again() -> None:
+    """At rest the stable is asked for only when its Deployment's size is off; a Service deleted
+    by hand left every request answered 500 by the gateway, and nothing recreated it."""
+    gateway = Gateway(lag=0.0)
+    sim = started(body(), gateway=gateway)
+    stable = sim.stable
+    assert not any(isinstance(a, EnsureRevision) for d in sim.run(10) for a in d.actions)
+    gateway.answer = "resolve-fail"
+    gateway.route = None  # the gateway answers anew (a generation of its own)
+    d = sim.reconcile()
+    asks = [a for a in d.actions if isinstance(a, EnsureRevision)]
+    assert asks == [EnsureRevision(stable, sim.spec.replicas)]
+    assert d.requeue_after is not None and d.requeue_after <= 5
+    gateway.answer = "accept"
+    gateway.route = None
+    d = sim.reconcile()
+    assert not any(isinstance(a, EnsureRevision) for a in d.actions)

@@ -147,6 +147,7 @@ def decide(
         _old_revisions(run)
         _reconcile_route(run)
         _note_rejection(run)
+        _recheck_backends(run)
     st = run.status
     st.replicas = serving_pods(st, world, run.actions)
     st.selector = serving_selector(world.rollout, st)
@@ -655,16 +656,21 @@ def _backend_unresolved(run: _Run) -> RouteRejected | None:
 
 
 def _recheck_backends(run: _Run) -> None:
-    """While the gateway cannot find a backend, have the canary's Service (and pool) checked
-    and created if missing: the canary is otherwise asked for only when its Deployment's size
-    is off, so a Service deleted by hand (or never created) would stay missing."""
-    canary = run.status.canary_revision
-    seen = run.world.revisions.get(canary or "")
-    if not canary or seen is None or _backend_unresolved(run) is None:
+    """While the gateway cannot find a backend, have the Services (and pools) of the route's
+    revisions checked and created if missing: a revision is otherwise asked for only when its
+    Deployment's size is off, so a Service deleted by hand (or never created) would stay
+    missing -- the stable's too, with all traffic answered 500 by the gateway."""
+    if _backend_unresolved(run) is None:
         return
-    run.recheck.add(canary)  # a later scaling of it in this call keeps the check
-    if not any(isinstance(a, EnsureRevision) and a.revision == canary for a in run.actions):
-        run.actions.append(EnsureRevision(canary, seen.desired))
+    for revision in desired_route(run.status):
+        seen = run.world.revisions.get(revision)
+        if seen is None:
+            continue
+        run.recheck.add(revision)  # a later scaling of it in this call keeps the check
+        if not any(isinstance(a, EnsureRevision) and a.revision == revision
+                   for a in run.actions):
+            run.actions.append(EnsureRevision(revision, seen.desired))
+    run.wake_in(POLL_SECONDS)
 
 
 def _withdraw_weight(run: _Run, rejected: RouteRejected) -> None:
