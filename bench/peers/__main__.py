@@ -91,6 +91,12 @@ SCENARIOS = {s.name: s for s in (
     # a good release at that rate: which controller promotes a canary it could not judge?
     Scenario("low-good", "h", False, {"version": "v2"}, "slo-ttft-p99",
              analysis={**TTFT_SLO, "verdicts": "Sequential"}, rate=4, max_s=240),
+    # a good release that fails 1 % of its requests against a limit of 5 %: which controller
+    # rolls back a canary that meets its limit?  A window of a few requests holding one error
+    # is "over 5 %"; ours with its default (Sequential: a stated 1 % false-rollback rate)
+    Scenario("noisy-good", "n", False, {"version": "v2", "failure_rate": 1}, "errors",
+             analysis={"verdicts": "Sequential"},
+             metrics=[{"name": "errors", "template": "error-rate", "max": 0.05}], max_s=240),
 )}
 
 
