@@ -26,7 +26,7 @@ from datetime import datetime, timedelta
 
 from ..api import reasons as r
 from ..api.duration import format_duration
-from ..api.spec import InferenceRolloutSpec, Step
+from ..api.spec import InferenceRolloutSpec, MetricSpec, Step
 from ..api.status import InferenceRolloutStatus, MetricResult, Requests
 from . import evaluation_gate as gate
 from . import route_gate
@@ -364,7 +364,8 @@ def _analyse(run: _Run) -> bool:
             continue
         before = st.analysis.get(metric.name)
         after = an.record(metric, before, m, run.now, rates,
-                          vanished=_series_vanished(run, before, m))
+                          vanished=_series_vanished(run, before, m),
+                          unscraped=_not_scraped_yet(run, metric, before))
         st.analysis[metric.name] = after
         if before is None or before.verdict != after.verdict:
             shown = "n/a" if after.value is None else f"{after.value:.4g}"
@@ -406,6 +407,25 @@ def _series_vanished(run: _Run, before: MetricResult | None, m: Measurement) -> 
     canary = run.world.revisions.get(st.canary_revision or "")
     ready = canary.ready if canary else 0
     return carried_weight(run.spec, step, ready, st.canary_weight) >= st.canary_weight > 0
+
+
+def _not_scraped_yet(run: _Run, metric: MetricSpec, before: MetricResult | None) -> str:
+    """Why NoData would be expected now (empty if it would not): no value yet in this step, and
+    its weight not in force, or in force for less than Prometheus needs to discover and scrape
+    new pods.  A canary's first weight (and a weight raised again on pods that came back) is
+    set as its pods turn Ready, seconds before Prometheus has their first samples: counted as
+    errors, those NoData paused releases at ``consecutiveErrorLimit`` (e2e, 2026-12-04)."""
+    st = run.status
+    started = from_iso(st.step_started_at)
+    measured = from_iso(before.measured_at) if before is not None else None
+    if (before is not None and before.value is not None and measured is not None
+            and started is not None and measured > started):
+        return ""  # measured in this step: gone now is the vanish check's
+    prometheus = run.spec.analysis.prometheus
+    grace = an.first_scrapes_seconds(metric, prometheus.scrape_interval_seconds
+                                     if prometheus else 30.0)
+    held = None if started is None else (run.now - started).total_seconds()
+    return an.collecting(held, grace) if held is None or held < grace else ""
 
 
 def _bound_inconclusive(run: _Run) -> bool:

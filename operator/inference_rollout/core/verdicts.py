@@ -43,6 +43,24 @@ def describe_threshold(metric: MetricSpec) -> str:
 
 VANISHED = "the canary's series vanished while it carried traffic"
 
+#: Prometheus applies the targets its service discovery finds in batches (every 5 s) and starts
+#: their scrape loops on a tick of its own (5 s): a pod started now is first scraped up to
+#: ~10 s later (9 s measured on the sandbox), and ``rate()`` needs a second scrape after that.
+DISCOVERY_SECONDS = 10.0
+
+
+def first_scrapes_seconds(metric: MetricSpec, scrape_interval_s: float) -> float:
+    """How long after a canary's weight is in force its pods may still have no series at all:
+    discovery, two scrapes, and the metric's warm-up."""
+    return DISCOVERY_SECONDS + 2 * scrape_interval_s + metric.warmup_seconds
+
+
+def collecting(held_s: float | None, grace_s: float) -> str:
+    """Why a NoData of the canary in the first seconds of its weight is Inconclusive."""
+    since = "not in force yet" if held_s is None else f"in force for {held_s:.0f}s"
+    return (f"collecting: no canary series yet (its weight is {since}; Prometheus discovers and "
+            f"scrapes new pods within {grace_s:.0f}s)")
+
 
 @dataclass(frozen=True)
 class Judgement:
@@ -153,12 +171,19 @@ def _test_text(o: sq.Outcome, what: str) -> str:
 
 def record(
     metric: MetricSpec, previous: MetricResult | None, m: Measurement, now: datetime,
-    rates: sq.ErrorRates | None = None, *, vanished: bool = False,
+    rates: sq.ErrorRates | None = None, *, vanished: bool = False, unscraped: str = "",
 ) -> MetricResult:
     """The metric's new status entry: the latest values and verdict, and updated counters.
     ``vanished``: the canary's series were measured in this step and are gone although its
-    Ready pods still carry traffic, which counts as failing (DESIGN §4), not as an error."""
-    j = Judgement("Fail", VANISHED, None, VANISHED) if vanished else judge(metric, m, rates)
+    Ready pods still carry traffic, which counts as failing (DESIGN §4), not as an error.
+    ``unscraped``: why no series yet is expected (:func:`collecting`): Inconclusive, not an
+    error that counts toward ``consecutiveErrorLimit``."""
+    if vanished:
+        j = Judgement("Fail", VANISHED, None, VANISHED)
+    elif unscraped and m.error is MeasurementError.NO_DATA:
+        j = Judgement("Inconclusive", unscraped)
+    else:
+        j = judge(metric, m, rates)
     prev = previous or MetricResult()
     ev = m.evidence
     counted = None if ev is None else ev.buckets[-1][1] if ev.buckets else ev.requests
