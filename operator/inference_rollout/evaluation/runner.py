@@ -8,8 +8,10 @@ completion of a few hundred tokens is a few KiB).  A case passes when its reply 
 a request that fails (refused, timed out, a non-2xx answer, a reply too large or not JSON) fails
 its case, as a reply the user never got.  A connection that breaks before an answer (refused,
 reset, closed by a proxy reloading its config) is retried once on a new connection: the request
-is read-only, and a dropped keep-alive connection says nothing about the model.  When more than
-half of one Service's requests fail, the run is an error instead (the Service is unreachable: that
+is read-only, and a dropped keep-alive connection says nothing about the model.  So is an answer
+503 or 429 (a server still loading its model, or shedding load), retried once after
+``RETRY_AFTER_S`` (a pod's Ready can precede its model by a moment).  When more than half
+of one Service's requests fail, the run is an error instead (the Service is unreachable: that
 says nothing about the model), which the gate retries and never passes.
 
 Scores are points: 100 × passed / cases.
@@ -31,6 +33,9 @@ from .scorers import score
 
 CHAT_PATH = "/v1/chat/completions"
 MAX_REPLY_BYTES = 1 * MiB
+#: Answers that say "not now" rather than anything about the model: retried once.
+RETRIED_STATUSES = frozenset({429, 503})
+RETRY_AFTER_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -109,6 +114,9 @@ async def _run_side(client: httpx.AsyncClient, url: str, model: str, cases: Sequ
                 except httpx.TimeoutException:
                     raise
                 except httpx.TransportError:
+                    status, data = await _post(client, url, body, timeout)
+                if status in RETRIED_STATUSES:
+                    await asyncio.sleep(RETRY_AFTER_S)
                     status, data = await _post(client, url, body, timeout)
                 if status // 100 != 2:
                     problems.append(f"line {case.line}: HTTP {status}")
