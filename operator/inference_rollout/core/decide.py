@@ -77,8 +77,6 @@ class _Run:
     wakeups: list[float] = field(default_factory=list)
     #: Set by a rollback decided in this call: its reason and message.
     rolled_back: tuple[str, str] | None = None
-    #: Revisions asked for even at their size: their Service (and pool) must be checked.
-    recheck: set[str] = field(default_factory=set)
 
     def event(self, type_: str, reason: str, message: str) -> None:
         self.actions.append(RecordEvent("Warning" if type_ == "Warning" else "Normal", reason,
@@ -97,7 +95,7 @@ class _Run:
         replaces an earlier one (e.g. a rollback after the step's scaling was computed)."""
         self.cancel_scaling(revision)
         seen = self.world.revisions.get(revision)
-        if seen is None or seen.desired != replicas or revision in self.recheck:
+        if seen is None or seen.desired != replicas:
             self.actions.append(EnsureRevision(revision, replicas))
 
 
@@ -571,8 +569,8 @@ def _raise_weight(run: _Run, step: Step, ready: int) -> bool:
         return False
     if _gateway_behind(run):
         # A weight is raised only from a route the gateway serves: never onto a backend it
-        # cannot find yet (it would answer that share with 500).
-        _recheck_backends(run)
+        # cannot find yet (it would answer that share with 500; decide() has its Service
+        # checked, _recheck_backends).
         if _deadline_passed(run):
             _route_not_accepted(run, run.world.route_acceptance)
         return False
@@ -679,14 +677,15 @@ def _recheck_backends(run: _Run) -> None:
     """While the gateway cannot find a backend, have the Services (and pools) of the route's
     revisions checked and created if missing: a revision is otherwise asked for only when its
     Deployment's size is off, so a Service deleted by hand (or never created) would stay
-    missing -- the stable's too, with all traffic answered 500 by the gateway."""
+    missing -- the stable's too, with all traffic answered 500 by the gateway.  Called last in
+    :func:`decide`, after every scaling of the call: an EnsureRevision already decided for a
+    revision checks its Service as well (the handler creates backends before Deployments)."""
     if _backend_unresolved(run) is None:
         return
     for revision in desired_route(run.status):
         seen = run.world.revisions.get(revision)
         if seen is None:
             continue
-        run.recheck.add(revision)  # a later scaling of it in this call keeps the check
         if not any(isinstance(a, EnsureRevision) and a.revision == revision
                    for a in run.actions):
             run.actions.append(EnsureRevision(revision, seen.desired))

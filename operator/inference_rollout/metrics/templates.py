@@ -40,7 +40,6 @@ def _rate(metric: str, sel: str, w: str) -> str:
     return f"rate({metric}{{{sel}}}[{w}])"
 
 
-
 def _p99(*bucket_metrics: str) -> Render:
     def render(sel: str, w: str) -> str:
         rates = " or ".join(_rate(m, sel, w) for m in bucket_metrics)
