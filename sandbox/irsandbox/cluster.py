@@ -30,6 +30,7 @@ CRD_FILE = REPO / "crds" / "rollouts.inference.dev_inferencerollouts.yaml"
 GROUP, VERSION, PLURAL = "rollouts.inference.dev", "v1alpha1", "inferencerollouts"
 HTTPROUTE = ("gateway.networking.k8s.io", "v1", "httproutes")
 INFERENCEPOOL = ("inference.networking.k8s.io", "v1", "inferencepools")
+CONFLICT_RETRIES = 5  # a replace that meets a status write in between is read again
 
 
 def api_answers(env: dict[str, str]) -> bool:
@@ -151,21 +152,32 @@ class Cluster:
     # --- rollouts ---------------------------------------------------------------------------
 
     def apply_rollout(self, ns: str, manifest: dict[str, Any]) -> dict[str, Any]:
-        """Create the InferenceRollout, or replace the one of that name."""
+        """Create the InferenceRollout, or replace the one of that name.
+
+        A replace carries the resourceVersion just read, and the operator writes status (which
+        moves the resourceVersion) several times a second mid-release: a 409 is read again and
+        retried, as ``kubectl apply`` would, instead of failing the test (CI run of 2026-12-04).
+        """
         body = copy.deepcopy(manifest)
         body.setdefault("apiVersion", f"{GROUP}/{VERSION}")
         body.setdefault("kind", "InferenceRollout")
         body["metadata"]["namespace"] = ns
         name = body["metadata"]["name"]
-        current = ignore_status(404, self.rollout, ns, name)
-        if current is None:
-            created: dict[str, Any] = self.custom.create_namespaced_custom_object(
-                GROUP, VERSION, ns, PLURAL, body)
-            return created
-        body["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
-        replaced: dict[str, Any] = self.custom.replace_namespaced_custom_object(
-            GROUP, VERSION, ns, PLURAL, name, body)
-        return replaced
+        for attempt in range(CONFLICT_RETRIES):
+            current = ignore_status(404, self.rollout, ns, name)
+            if current is None:
+                created: dict[str, Any] = self.custom.create_namespaced_custom_object(
+                    GROUP, VERSION, ns, PLURAL, body)
+                return created
+            body["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+            try:
+                replaced: dict[str, Any] = self.custom.replace_namespaced_custom_object(
+                    GROUP, VERSION, ns, PLURAL, name, body)
+                return replaced
+            except ApiException as err:
+                if err.status != 409 or attempt == CONFLICT_RETRIES - 1:
+                    raise
+        raise AssertionError("unreachable")
 
     def rollout(self, ns: str, name: str) -> dict[str, Any]:
         out: dict[str, Any] = self.custom.get_namespaced_custom_object(
