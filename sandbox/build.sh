@@ -4,7 +4,7 @@
 #   $IR_CACHE/crds/<name>-<version>/     Gateway API standard CRDs, InferencePool CRD
 #   $IR_CACHE/src/<name>-<version>/      generated wrapper Go modules (not the repo)
 # Idempotent: whatever is already in the cache is skipped. Versions: sandbox/versions.env.
-# Usage: sandbox/build.sh [step...]   steps: apt crds kwok sim helm helm3 etcd kubernetes prometheus_adapter (default: all); peers (bench only)
+# Usage: sandbox/build.sh [step...]   steps: apt crds kwok sim helm helm3 etcd kubernetes prometheus_adapter traefik (default: all); peers (bench only)
 set -euo pipefail
 
 # shellcheck source=sandbox/lib.sh
@@ -216,6 +216,59 @@ step_kubernetes() {
   log kubernetes "built: $("$(cached_bin kube-apiserver "${v}")" --version)"
 }
 
+# --- Traefik: the sandbox's Gateway API implementation (docs/sandbox.md#traefik) -----------------
+# Its go.mod has three kinds of `replace` a wrapper module must handle:
+#   * forks (go-http-auth, mux): copied (patch_copy_replaces); the go-http-auth fork's pseudo-version
+#     of v3.7.13 (2026-08) is refused by the Go module proxy here (403), so the fork's 2020 one, which
+#     the proxy serves and Traefik v2 used, stands in (TRAEFIK_HTTP_AUTH below);
+#   * a local one, ./pkg/config/dynamic/ext: a nested module that the module zip leaves out, two
+#     empty structs upstream (its extension point); written beside the wrapper;
+#   * its `exclude` (tencentcloud): copied.
+# And lego v5 (ACME) registers every DNS provider; the proxy refuses the SDKs of a few of them
+# (TRAEFIK_LEGO_DROP), so a copy of lego without those providers replaces it. The sandbox uses no
+# ACME: nothing it runs changes.
+TRAEFIK_HTTP_AUTH=v0.4.1-0.20200324110947-a37a7636d23e
+TRAEFIK_LEGO_DROP=(edgedns huaweicloud oraclecloud sakuracloud ucloud yandexcloud)
+
+step_traefik() {
+  wrapper_build traefik github.com/traefik/traefik/v3 "${TRAEFIK_VERSION}" \
+    github.com/traefik/traefik/v3/cmd/traefik \
+    "-X github.com/traefik/traefik/v3/pkg/version.Version=${TRAEFIK_VERSION}" patch_traefik
+}
+
+patch_traefik() {
+  local src="$1" module="$2" version="$3" gomod lego legov p f
+  gomod="$(go_info "${module}" "${version}" | jq -r .GoMod)"
+  patch_copy_replaces "${src}" "${module}" "${version}"
+  grep -q 'github.com/containous/go-http-auth ' "${src}/go.mod" ||
+    die "traefik ${version}: no go-http-auth fork in its replaces; update patch_traefik"
+  sed -i -E "s#(github.com/containous/go-http-auth) v[^ ]+#\1 ${TRAEFIK_HTTP_AUTH}#" "${src}/go.mod"
+  grep '^exclude ' "${gomod}" >>"${src}/go.mod" || true
+  # the local replace: github.com/traefik/traefik/dynamic/ext => ./pkg/config/dynamic/ext
+  grep -q '^replace github.com/traefik/traefik/dynamic/ext => ./pkg/config/dynamic/ext' "${gomod}" ||
+    die "traefik ${version}: its dynamic/ext replace moved; update patch_traefik"
+  mkdir -p "${src}/ext"
+  printf 'module github.com/traefik/traefik/dynamic/ext\n\ngo 1.26.0\n' >"${src}/ext/go.mod"
+  printf '%s\n' '// Package ext: Traefik'"'"'s extension point, empty upstream (written by sandbox/build.sh).' \
+    'package ext' '' 'type HTTP struct{}' '' 'type Router struct{}' >"${src}/ext/ext.go"
+  printf '\nreplace github.com/traefik/traefik/dynamic/ext => ./ext\n' >>"${src}/go.mod"
+  # lego without the DNS providers whose SDKs the proxy refuses
+  legov="$(sed -nE 's#^[[:space:]]*github.com/go-acme/lego/v5[[:space:]]+(v[^ ]+).*#\1#p' "${gomod}" | head -1)"
+  [[ -n "${legov}" ]] || die "traefik ${version}: no github.com/go-acme/lego/v5 in its go.mod"
+  lego="$(go_info github.com/go-acme/lego/v5 "${legov}" | jq -r .Dir)"
+  rm -rf "${src}/lego" && cp -r "${lego}" "${src}/lego" && chmod -R u+w "${src}/lego"
+  f="${src}/lego/providers/dns/zz_gen_dns_providers.go"
+  for p in "${TRAEFIK_LEGO_DROP[@]}"; do
+    grep -q "\"github.com/go-acme/lego/v5/providers/dns/${p}\"" "${f}" ||
+      die "lego ${legov}: no DNS provider ${p} in ${f}; update TRAEFIK_LEGO_DROP"
+    rm -rf "${src}/lego/providers/dns/${p}"
+    sed -i "\#\"github.com/go-acme/lego/v5/providers/dns/${p}\"#d; /^\tcase .*\"${p}\"/{N;d}" "${f}"
+  done
+  rm -f "${src}/lego/providers/dns/dns_providers_test.go"
+  printf '\nreplace github.com/go-acme/lego/v5 => ./lego\n' >>"${src}/go.mod"
+  log traefik "wrapper: forks and exclude copied, go-http-auth fork at ${TRAEFIK_HTTP_AUTH}, ext module written, lego ${legov} without ${TRAEFIK_LEGO_DROP[*]}"
+}
+
 # --- Peers for the side-by-side benchmark (bench-only: not in the default steps) -----------------
 # Flagger's go.mod has no replace directive; Argo Rollouts' replaces every k8s.io staging module
 # (and two forks), which a wrapper module must repeat: patch_copy_replaces copies them.
@@ -272,11 +325,11 @@ main() {
   command -v go >/dev/null || die "go is not installed (need Go >= 1.26)"
   command -v jq >/dev/null || die "jq is not installed (apt-get install -y jq)"
   local steps=("$@")
-  ((${#steps[@]})) || steps=(apt crds kwok sim helm helm3 etcd kubernetes prometheus_adapter)
+  ((${#steps[@]})) || steps=(apt crds kwok sim helm helm3 etcd kubernetes prometheus_adapter traefik)
   log build "cache ${IR_CACHE}; $(go version)"
   local s lock
   for s in "${steps[@]}"; do
-    declare -F "step_${s}" >/dev/null || die "unknown step ${s} (steps: apt crds kwok sim helm helm3 etcd kubernetes prometheus_adapter, and peers for bench/peers)"
+    declare -F "step_${s}" >/dev/null || die "unknown step ${s} (steps: apt crds kwok sim helm helm3 etcd kubernetes prometheus_adapter traefik, and peers for bench/peers)"
     # One lock per step: two concurrent build.sh runs never build the same thing twice.
     lock="${IR_CACHE}/.build-${s}.lock"
     exec 9>"${lock}"

@@ -23,8 +23,16 @@ KWOK_PORT="${IR_KWOK_PORT:-16080}"
 PROMETHEUS_PORT="${IR_PROMETHEUS_PORT:-19090}"
 GATEWAY_PORT="${IR_GATEWAY_PORT:-18080}"
 METRICS_ADAPTER_PORT="${IR_METRICS_ADAPTER_PORT:-16445}"
+# Traefik (up.d/65-traefik.sh): its web entry point (the Gateway's HTTP listener) and its
+# metrics/ping entry point.
+TRAEFIK_PORT="${IR_TRAEFIK_PORT:-18081}"
+TRAEFIK_METRICS_PORT="${IR_TRAEFIK_METRICS_PORT:-18082}"
+# Pods' IPs (KWOK's cidr, sandbox/kwok/kwok.yaml): up.sh makes the range local to this machine
+# (routed to lo), so a pod's shim listens on <podIP>:<port> and EndpointSlices are reachable.
+IR_POD_CIDR="${IR_POD_CIDR:-10.244.0.0/16}"
 export IR_HOST ETCD_CLIENT_PORT ETCD_PEER_PORT APISERVER_PORT CONTROLLER_MANAGER_PORT \
-  SCHEDULER_PORT KWOK_PORT PROMETHEUS_PORT GATEWAY_PORT METRICS_ADAPTER_PORT
+  SCHEDULER_PORT KWOK_PORT PROMETHEUS_PORT GATEWAY_PORT METRICS_ADAPTER_PORT TRAEFIK_PORT \
+  TRAEFIK_METRICS_PORT IR_POD_CIDR
 
 IR_T0="${IR_T0:-$(date +%s)}"
 export IR_T0
@@ -62,7 +70,7 @@ sandbox_binaries() {
   done
   printf '%s %s\n' etcd "${ETCD_VERSION}" kwok "${KWOK_VERSION}" \
     "${SIM_BIN_NAME}" "${LLM_D_INFERENCE_SIM_VERSION}" helm "${HELM_VERSION}" \
-    prometheus-adapter "${PROMETHEUS_ADAPTER_VERSION}"
+    prometheus-adapter "${PROMETHEUS_ADAPTER_VERSION}" traefik "${TRAEFIK_VERSION}"
 }
 
 # Is TCP PORT on 127.0.0.1 accepting connections?

@@ -88,6 +88,7 @@ subjectAltName=IP:127.0.0.1,IP:10.96.0.1,DNS:localhost,DNS:kubernetes,DNS:kubern
   # the external-metrics adapter (up.d/70-metrics-adapter.sh): a client, and a loopback server
   # named as the aggregation layer dials it (its Service name, resolved to localhost)
   gen_cert prometheus-adapter "/CN=prometheus-adapter" "${client}"
+  gen_cert traefik "/CN=traefik" "${client}"  # its RBAC: sandbox/traefik/rbac.yaml
   gen_cert metrics-adapter-serving "/CN=metrics-adapter" 'basicConstraints=CA:FALSE
 keyUsage=critical,digitalSignature
 extendedKeyUsage=serverAuth
@@ -128,11 +129,25 @@ EOF
   mv "${tmp}" "${file}"
 }
 
+# route_pod_network: make KWOK's pod range local (like 127.0.0.0/8), so a process can listen on a
+# pod's IP and connections to it stay on this machine: what a CNI gives a cluster, in one route.
+# Needs CAP_NET_ADMIN (root); without it pods keep loopback ports only and the Traefik tier fails
+# naming this (docs/sandbox.md#pods-with-addresses).
+POD_NETWORK=""
+route_pod_network() {
+  if ip route replace local "${IR_POD_CIDR}" dev lo table local 2>"${IR_LOGS}/pod-network.log"; then
+    POD_NETWORK="${IR_POD_CIDR}"
+    log pods "pod network ${IR_POD_CIDR} routed to lo (pods listen on their own IPs)"
+  else
+    log pods "WARNING: could not route ${IR_POD_CIDR} to lo ($(cat "${IR_LOGS}/pod-network.log")); pods get loopback ports only, Traefik cannot reach them"
+  fi
+}
+
 write_configs() {
   mkdir -p "${KCFG}" "${PROM_DIR}/targets" "${PROM_DIR}/data" "${IR_LOGS}" "${IR_PIDS}"
   write_kubeconfig "${IR_STATE}/kubeconfig" admin
   local c
-  for c in kube-controller-manager kube-scheduler kwok-controller prometheus-adapter; do
+  for c in kube-controller-manager kube-scheduler kwok-controller prometheus-adapter traefik; do
     write_kubeconfig "${KCFG}/${c}.kubeconfig" "${c}"
   done
   cat >"${PROM_DIR}/prometheus.yml" <<EOF
@@ -151,6 +166,11 @@ scrape_configs:
 - job_name: prometheus
   static_configs:
   - targets: ['${IR_HOST}:${PROMETHEUS_PORT}']
+# Traefik, the Gateway API implementation (up.d/65-traefik.sh): the gateway's own view of the
+# traffic (traefik_service_requests_total{service="<ns>-<svc>-<port>@kubernetesgateway", code}).
+- job_name: traefik
+  static_configs:
+  - targets: ['${IR_HOST}:${TRAEFIK_METRICS_PORT}']
 EOF
   local tmp audit_log=""
   [[ "${IR_APISERVER_AUDIT:-0}" != 1 ]] || audit_log="${IR_LOGS}/audit.log"
@@ -166,6 +186,10 @@ export IR_GATEWAY_PORT=${GATEWAY_PORT}
 export IR_PROMETHEUS_TARGETS_DIR=${PROM_DIR}/targets
 export IR_METRICS_ADAPTER_PORT=${METRICS_ADAPTER_PORT}
 export IR_AUDIT_LOG=${audit_log}
+export TRAEFIK_URL=http://${IR_HOST}:${TRAEFIK_PORT}
+export IR_TRAEFIK_PORT=${TRAEFIK_PORT}
+export IR_TRAEFIK_METRICS_PORT=${TRAEFIK_METRICS_PORT}
+export IR_POD_NETWORK=${POD_NETWORK}
 export PATH=${SBIN}:\${PATH}
 EOF
   mv "${tmp}" "${IR_STATE}/env"
@@ -350,7 +374,8 @@ apply_objects() {
     sed "s/NODE_NAME/gpu-node-${i}/g" "${IR_SANDBOX_DIR}/kwok/node.yaml.tmpl" >>"${nodes}"
   done
   kubectl_ apply --server-side --force-conflicts --field-manager ir-sandbox \
-    -f "${IR_SANDBOX_DIR}/kwok/rbac.yaml" -f "${nodes}" -f "${gw}" -f "${ip}" >"${IR_LOGS}/apply.log" 2>&1 ||
+    -f "${IR_SANDBOX_DIR}/kwok/rbac.yaml" -f "${IR_SANDBOX_DIR}/traefik/rbac.yaml" \
+    -f "${nodes}" -f "${gw}" -f "${ip}" >"${IR_LOGS}/apply.log" 2>&1 ||
     { tail -n 20 "${IR_LOGS}/apply.log" >&2; die "kubectl apply failed, see ${IR_LOGS}/apply.log"; }
   log objects "applied kwok RBAC, ${GPU_NODES} GPU nodes, Gateway API ${GATEWAY_API_VERSION} CRDs, InferencePool CRD ${GATEWAY_API_INFERENCE_EXTENSION_VERSION}"
 }
@@ -376,6 +401,8 @@ main() {
   lock_state
   ensure_binaries
   ensure_pki
+  mkdir -p "${IR_LOGS}"
+  route_pod_network
   write_configs
   start_etcd
   start_apiserver

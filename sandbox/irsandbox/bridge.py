@@ -19,6 +19,11 @@ as vLLM's ``http_requests_total``/``http_request_duration_seconds`` (appended to
 - Annotation changes on a running pod go to the simulator's ``/admin/config`` (latencies, failure
   injection) or the shim (business-fail-rate).
 - When the pod object is gone: out of the map, SIGTERM after ``--drain-seconds``.
+- **Pods with addresses** (``--pod-network CIDR``, what ``up.sh`` passes as ``IR_POD_NETWORK``):
+  KWOK gives each pod an IP of that range and ``up.sh`` routes the range to the loopback
+  device, so the shim also listens on ``<podIP>:<containerPort>``, the address the pod's
+  EndpointSlice names. A real gateway (Traefik) then reaches pods as in a cluster. The bridge
+  starts a pod's processes once KWOK has written its IP.
 
     python -m irsandbox.bridge [--kubeconfig PATH] [--state-dir .sandbox]
 
@@ -32,6 +37,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime as dt
+import ipaddress
 import logging
 import os
 import signal
@@ -103,6 +109,24 @@ def listen_addresses(port: int) -> set[str]:
     return out
 
 
+def pod_address(pod: dict[str, Any],
+                network: ipaddress.IPv4Network | ipaddress.IPv6Network | None
+                ) -> tuple[str, int] | None:
+    """(pod IP, the port its vLLM server listens on) for a pod whose IP KWOK took from the pod
+    network; None before it has one, or for an IP outside it (a hostNetwork pod: the node's
+    127.0.0.1), which keeps its loopback port only."""
+    ip = (pod.get("status") or {}).get("podIP") or ""
+    if network is None or not ip:
+        return None
+    try:
+        if ipaddress.ip_address(ip) not in network:
+            return None
+    except ValueError:
+        return None
+    args = podspec.vllm_args_of(pod)
+    return ip, (args.port if args and args.port else podspec.VLLM_DEFAULT_PORT)
+
+
 def is_kwok_node(node: dict[str, Any]) -> bool:
     meta = node.get("metadata") or {}
     if KWOK_NODE_ANNOTATION in (meta.get("annotations") or {}):
@@ -131,6 +155,8 @@ class Backend:
     loaded: bool = False
     loaded_at: float = 0.0
     serving: bool = False
+    pod_ip: str = ""
+    pod_port: int = 0
     # runtime only (not persisted)
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict, repr=False)
     stopping_at: float = 0.0
@@ -140,7 +166,7 @@ class Backend:
 
     PERSISTED = ("uid", "namespace", "name", "node", "sim_port", "args", "behaviour", "sim_pid",
                  "shim_port", "shim_pid", "started_at", "restarts", "loaded", "loaded_at",
-                 "serving")
+                 "serving", "pod_ip", "pod_port")
 
     @property
     def key(self) -> str:
@@ -185,7 +211,8 @@ def behaviour_dict(b: Behaviour) -> dict[str, Any]:
 class Bridge:
     def __init__(self, api: client.ApiClient, state: Path, sim_binary: str,
                  all_nodes: bool = False, drain_seconds: float = 1.0,
-                 python: str = sys.executable, loaded_condition: bool = True) -> None:
+                 python: str = sys.executable, loaded_condition: bool = True,
+                 pod_network: str = "") -> None:
         self.api = api
         self.core = client.CoreV1Api(api)
         self.state = state
@@ -194,6 +221,7 @@ class Bridge:
         self.drain_seconds = drain_seconds
         self.python = python
         self.loaded_condition = loaded_condition
+        self.pod_network = ipaddress.ip_network(pod_network) if pod_network else None
         self._cond_written: dict[str, str] = {}
         self._warned_wildcard = False
         self.dir = state / "bridge"
@@ -306,7 +334,7 @@ class Bridge:
         env = dict(os.environ)
         env.update({
             OWNER_ENV: self.owner, POD_UID_ENV: b.uid,
-            "POD_NAME": b.name, "POD_NAMESPACE": b.namespace, "POD_IP": "127.0.0.1",
+            "POD_NAME": b.name, "POD_NAMESPACE": b.namespace, "POD_IP": b.pod_ip or "127.0.0.1",
         })
         if which == "shim":
             env["PYTHONPATH"] = str(Path(__file__).resolve().parent.parent)
@@ -332,11 +360,16 @@ class Bridge:
         # the shim, always: vLLM's HTTP metrics are counted there (and business failures made)
         if not b.shim_port:
             b.shim_port = self._free_port({b.sim_port})
-        shim = self._spawn(b, "shim", [
+        labels = (self.pods.get(b.key) or {}).get("metadata", {}).get("labels") or {}
+        rollout, revision = podspec.revision_of(labels, b.name)
+        shim_cmd = [
             self.python, "-m", "irsandbox.faultproxy", f"--listen-port={b.shim_port}",
             f"--upstream-port={b.sim_port}", f"--rate={behave.business_fail_rate or 0:g}",
-            f"--pod={b.key}",
-        ])
+            f"--pod={b.key}", f"--rollout={rollout}", f"--revision={revision}",
+        ]
+        if b.pod_ip:
+            shim_cmd.append(f"--pod-address={b.pod_ip}:{b.pod_port}")
+        shim = self._spawn(b, "shim", shim_cmd)
         b.shim_pid = shim.pid
         log.info("%s: started simulator pid %s on 127.0.0.1:%s, shim on :%s (model %s)", b.key,
                  b.sim_pid, b.sim_port, b.shim_port, args.public_name)
@@ -352,6 +385,8 @@ class Bridge:
             args={**asdict(args), "served_model_names": list(args.served_model_names)},
             behaviour=behaviour_dict(behave),
         )
+        if self.pod_network is not None:
+            b.pod_ip, b.pod_port = pod_address(pod, self.pod_network) or ("", 0)
         self.backends[b.uid] = b
         self._start_processes(b)
         return b
@@ -514,6 +549,7 @@ class Bridge:
             pods[b.key] = {
                 "namespace": b.namespace, "pod": b.name, "uid": b.uid, "node": b.node,
                 "address": f"127.0.0.1:{b.port}", "port": b.port, "sim_port": b.sim_port,
+                "pod_address": f"{b.pod_ip}:{b.pod_port}" if b.pod_ip else None,
                 "shim_port": b.shim_port or None, "model": args.public_name,
                 "served_model_names": list(args.served_model_names) or [args.model],
                 "labels": labels, "rollout": rollout, "revision": revision,
@@ -588,6 +624,8 @@ class Bridge:
         for uid, (pod, args) in wanted.items():
             b = self.backends.get(uid)
             if b is None:
+                if self.pod_network is not None and not (pod.get("status") or {}).get("podIP"):
+                    continue  # KWOK writes the IP with its "running" stage: the next event
                 try:
                     self.start_backend(pod, args)
                 except Exception:
@@ -666,6 +704,11 @@ def main(argv: list[str] | None = None) -> None:
                              "running, like containers across a kubelet restart)")
     parser.add_argument("--no-loaded-condition", action="store_true",
                         help="do not write the sim.inference.dev/loaded pod condition")
+    parser.add_argument("--pod-network", default=os.environ.get("IR_POD_NETWORK", ""),
+                        metavar="CIDR",
+                        help="pods' IPs in this range are local (up.sh routes it to lo): the "
+                             "shim also listens on <podIP>:<containerPort> (default: "
+                             "$IR_POD_NETWORK; empty: loopback ports only)")
     parser.add_argument("-v", "--verbose", action="store_true")
     args = parser.parse_args(argv)
     setup_logging("bridge", args.verbose)
@@ -673,7 +716,8 @@ def main(argv: list[str] | None = None) -> None:
     bridge = Bridge(load_kube_config(args.kubeconfig), state,
                     args.sim_binary or find_sim_binary(), all_nodes=args.all_nodes,
                     drain_seconds=args.drain_seconds,
-                    loaded_condition=not args.no_loaded_condition)
+                    loaded_condition=not args.no_loaded_condition,
+                    pod_network=args.pod_network)
     try:
         run_until_signalled(bridge, log)
     finally:

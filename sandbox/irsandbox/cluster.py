@@ -78,6 +78,10 @@ class Cluster:
         self.state = Path(self.env.get("IR_STATE") or Path(self.env["KUBECONFIG"]).parent)
         self.prometheus_url = self.env.get("PROMETHEUS_URL", "")
         self.gateway_url = self.env.get("GATEWAY_URL", "")
+        # Traefik, the Gateway API implementation beside the nginx translator (up.d/65-traefik.sh)
+        self.traefik_url = self.env.get("TRAEFIK_URL", "")
+        self.traefik_api_url = (f"http://127.0.0.1:{self.env['IR_TRAEFIK_METRICS_PORT']}"
+                                if self.env.get("IR_TRAEFIK_METRICS_PORT") else "")
 
     def close(self) -> None:
         self.api.close()

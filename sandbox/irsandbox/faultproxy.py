@@ -20,6 +20,16 @@ go to it, and it forwards everything to the simulator. Two jobs:
    ``floor(k * rate / 100)`` steps up, so 8 % means 8 of every 100 responses. Rate 0 (no
    annotation) changes nothing.
 
+3. **Who answered.** Every forwarded response carries ``X-Serving-Pod`` (``namespace/name``) and,
+   when the bridge knows them, ``X-Serving-Rollout`` and ``X-Serving-Revision``: set on the pod
+   side, so a client can attribute an answer whatever gateway carried it (Traefik sets no such
+   header; the sandbox's nginx translator adds its own ``X-Backend-*``).
+
+It listens on ``127.0.0.1:<listen-port>`` (the nginx translator's endpoint and, today, the
+Prometheus target) and, with ``--pod-address IP:PORT``, also on the pod's own address: the
+address its EndpointSlice names, which a real gateway such as Traefik sends traffic to
+(docs/sandbox.md, "Pods with addresses").
+
 ``GET /-/shim/config`` shows the rate and counters; ``POST /-/shim/config`` with
 ``{"business-fail-rate": 10}`` changes it (the bridge does that when the annotation changes).
 
@@ -31,6 +41,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import signal
+import socket
 import time
 from typing import Any
 
@@ -115,10 +127,13 @@ def corrupt_sse_line(line: bytes) -> tuple[bytes, bool]:
 
 
 class FaultProxy:
-    def __init__(self, upstream: str, rate: float, pod: str = "") -> None:
+    def __init__(self, upstream: str, rate: float, pod: str = "", rollout: str = "",
+                 revision: str = "") -> None:
         self.upstream = upstream.rstrip("/")
         self.corrupter = Corrupter(rate)
         self.pod = pod
+        self.identity = {k: v for k, v in (("X-Serving-Pod", pod), ("X-Serving-Rollout", rollout),
+                                           ("X-Serving-Revision", revision)) if v}
         self.metrics = HttpMetrics()
         self.session: aiohttp.ClientSession | None = None
 
@@ -204,6 +219,7 @@ class FaultProxy:
             )
             out_headers = {k: v for k, v in upstream.headers.items()
                            if k.lower() not in HOP_BY_HOP}
+            out_headers.update(self.identity)
             streaming = upstream.headers.get("Content-Type", "").startswith("text/event-stream")
             if not streaming:
                 body = await upstream.read()
@@ -242,13 +258,49 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--upstream-port", type=int, required=True)
     parser.add_argument("--rate", type=float, default=0.0, help="percent of responses to corrupt")
     parser.add_argument("--pod", default="", help="namespace/name, for logs and /-/shim/config")
+    parser.add_argument("--rollout", default="", help="for the X-Serving-Rollout header")
+    parser.add_argument("--revision", default="", help="for the X-Serving-Revision header")
+    parser.add_argument("--pod-address", default="", metavar="IP:PORT",
+                        help="also listen on the pod's own address (its EndpointSlice's)")
     args = parser.parse_args(argv)
-    proxy = FaultProxy(f"http://127.0.0.1:{args.upstream_port}", args.rate, args.pod)
+    proxy = FaultProxy(f"http://127.0.0.1:{args.upstream_port}", args.rate, args.pod,
+                       args.rollout, args.revision)
     app = web.Application(client_max_size=64 * 1024 * 1024)
     add_routes(app, proxy)
-    web.run_app(app, host="127.0.0.1", port=args.listen_port, access_log=None,
-                print=None, handle_signals=True)  # SIGTERM/SIGINT: graceful exit
+    sockets = [listen_socket("127.0.0.1", args.listen_port)]
+    if args.pod_address:
+        host, _, port = args.pod_address.rpartition(":")
+        sockets.append(listen_socket(host, int(port)))
+    asyncio.run(serve(app, sockets))
 
+
+def listen_socket(host: str, port: int) -> socket.socket:
+    """A bound, listening TCP socket; an address the machine does not own fails here, at start,
+    with the address in the message (not later, on the first connection)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as e:
+        sock.close()
+        raise SystemExit(f"faultproxy: cannot listen on {host}:{port}: {e}") from e
+    sock.listen(512)
+    return sock
+
+
+async def serve(app: web.Application, sockets: list[socket.socket]) -> None:
+    """Serve ``app`` on every socket until SIGTERM or SIGINT, then shut down gracefully (what
+    ``web.run_app`` does for one address)."""
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    for sock in sockets:
+        await web.SockSite(runner, sock).start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    await runner.cleanup()
 
 if __name__ == "__main__":
     main()

@@ -95,10 +95,29 @@ def load_endpoints(path: Path) -> dict[str, PodInfo]:
     return out
 
 
-def route_status(route: dict[str, Any], res: RouteRes, rejected: str = "") -> list[dict[str, Any]]:
+Foreign = frozenset[tuple[str, str]]
+
+
+def is_foreign(ref: dict[str, Any], route_namespace: str, foreign: Foreign) -> bool:
+    """Does this parentRef name a Gateway another implementation serves (``--foreign-gateway``,
+    e.g. Traefik's gateway-system/traefik)? Those parents are not this translator's to serve or
+    to report on: two controllers writing one parent's status would fight."""
+    return (str(ref.get("namespace") or route_namespace), str(ref.get("name", ""))) in foreign
+
+
+def ours_to_serve(route: dict[str, Any], foreign: Foreign) -> bool:
+    """A route with at least one parentRef that is not foreign (or none at all)."""
+    ns = str((route.get("metadata") or {}).get("namespace", ""))
+    refs = (route.get("spec") or {}).get("parentRefs") or []
+    return not refs or any(not is_foreign(r, ns, foreign) for r in refs)
+
+
+def route_status(route: dict[str, Any], res: RouteRes, rejected: str = "",
+                 foreign: Foreign = frozenset()) -> list[dict[str, Any]]:
     """``status.parents`` for an HTTPRoute: every parentRef accepted by this gateway (unless nginx
     rejected the route's config: Accepted False, UnsupportedValue); ResolvedRefs False when a
-    backendRef names nothing (BackendNotFound) or an unsupported kind (InvalidKind)."""
+    backendRef names nothing (BackendNotFound) or an unsupported kind (InvalidKind). Parents of
+    another implementation (``foreign``) get nothing from here."""
     gen = int(route["metadata"].get("generation") or 0)
     problems = [b for rule in res.rules for b in rule.backends if b.problem]
     other = [p for rule in res.rules for p in rule.problems]
@@ -117,7 +136,10 @@ def route_status(route: dict[str, Any], res: RouteRes, rejected: str = "") -> li
         accepted.update(status="False", reason="UnsupportedValue",
                         message=f"nginx rejected this route: {rejected}")
     parents = []
+    ns = str(route["metadata"].get("namespace", ""))
     for ref in (route.get("spec") or {}).get("parentRefs") or []:
+        if is_foreign(ref, ns, foreign):
+            continue
         parents.append({
             "parentRef": ref, "controllerName": nginxconf.CONTROLLER_NAME,
             "conditions": [accepted, resolved],
@@ -135,8 +157,9 @@ def _same_conditions(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> bo
 
 class Gateway:
     def __init__(self, api: client.ApiClient, state: Path, listen: str,
-                 nginx_bin: str = "nginx") -> None:
+                 nginx_bin: str = "nginx", foreign: Foreign = frozenset()) -> None:
         self.api = api
+        self.foreign = foreign
         self.state = state
         self.listen = listen
         self.nginx_bin = nginx_bin
@@ -256,7 +279,8 @@ class Gateway:
     def resolve(self) -> tuple[list[RouteRes], dict[str, PodInfo]]:
         endpoints = load_endpoints(self.endpoints_file)
         routes = nginxconf.resolve(
-            self.routes.items(), self.services.items(), self.slices.items(),
+            [r for r in self.routes.items() if ours_to_serve(r, self.foreign)],
+            self.services.items(), self.slices.items(),
             self.pools.items() if self.pools.available else [], self.pods.items(), endpoints)
         return routes, endpoints
 
@@ -311,7 +335,7 @@ class Gateway:
             route = by_key.get(res.key)
             if route is None:
                 continue
-            ours = route_status(route, res, rejected.get(res.key, ""))
+            ours = route_status(route, res, rejected.get(res.key, ""), self.foreign)
             current = [p for p in (route.get("status") or {}).get("parents") or []
                        if p.get("controllerName") == nginxconf.CONTROLLER_NAME]
             if _same_conditions(current, ours) or self._status_written.get(res.key) == (
@@ -437,15 +461,26 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--keep-nginx-on-exit", action="store_true",
                         help="leave nginx running when the controller exits (a restarted "
                              "controller adopts it)")
+    parser.add_argument("--foreign-gateway", action="append", default=[], metavar="NS/NAME",
+                        help="a Gateway another implementation serves (Traefik's "
+                             "gateway-system/traefik): routes only under it are left alone, "
+                             "and no status is written for it")
     parser.add_argument("-v", "--verbose", action="store_true")
     args = parser.parse_args(argv)
     setup_logging("gateway", args.verbose)
+    foreign: set[tuple[str, str]] = set()
+    for item in args.foreign_gateway:
+        ns, sep, name = item.partition("/")
+        if not (sep and ns and name):
+            parser.error(f"--foreign-gateway {item!r}: write it as NAMESPACE/NAME")
+        foreign.add((ns, name))
     state = use_state_dir(args.state_dir)
     listen = args.listen or default_listen()
     host = listen.rsplit(":", 1)[0]
     if host not in ("127.0.0.1", "localhost", "[::1]"):
         parser.error("the sandbox gateway listens on loopback only")
-    gw = Gateway(load_kube_config(args.kubeconfig), state, listen, args.nginx)
+    gw = Gateway(load_kube_config(args.kubeconfig), state, listen, args.nginx,
+                 frozenset(foreign))
     try:
         run_until_signalled(gw, log)
     finally:

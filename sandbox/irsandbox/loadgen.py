@@ -5,8 +5,9 @@
 
 Open loop: request i starts at ``i / rate`` seconds (``--concurrency`` caps the requests in
 flight; a request that had to wait for a slot counts as "late"). Each response is attributed to
-the pod that served it through the gateway's ``X-Backend-Pod`` / ``X-Backend-Revision`` headers
-(or, failing that, ``X-Upstream-Addr`` looked up in the bridge's endpoint map). The report gives
+the pod that served it through the gateway's ``X-Backend-Pod`` / ``X-Backend-Revision`` headers,
+else the pod's own ``X-Serving-*`` headers (set by its shim: a gateway such as Traefik adds none),
+else ``X-Upstream-Addr`` looked up in the bridge's endpoint map. The report gives
 per-pod and per-revision counts, errors by kind, TTFT and inter-token latency (streaming) and
 end-to-end latency, as a short summary or as JSON (``--json``).
 
@@ -294,10 +295,13 @@ class Attribution:
                              for k, p in (doc.get("pods") or {}).items()}
 
     def __call__(self, headers: httpx.Headers) -> tuple[str, str, str]:
-        pod = headers.get("x-backend-pod", "")
+        # the gateway's view first (the nginx translator's X-Backend-*), then the pod's own
+        # (the shim's X-Serving-*, whatever gateway carried the request, e.g. Traefik)
+        prefix = "x-backend-" if headers.get("x-backend-pod") else "x-serving-"
+        pod = headers.get(prefix + "pod", "")
         if pod:
-            rollout = headers.get("x-backend-rollout", "")
-            revision = headers.get("x-backend-revision", "")
+            rollout = headers.get(prefix + "rollout", "")
+            revision = headers.get(prefix + "revision", "")
             if not (rollout and revision):
                 guess = revision_of({}, pod.split("/", 1)[-1])
                 rollout, revision = rollout or guess[0], revision or guess[1]

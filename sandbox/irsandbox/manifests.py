@@ -179,9 +179,10 @@ def service(name: str, rollout: str, revision: str) -> dict[str, Any]:
 
 
 def httproute(name: str, backends: list[tuple[str, int]], hostnames: list[str] | None = None,
-              kind: str = "Service", parent: str = "sandbox-gateway") -> dict[str, Any]:
+              kind: str = "Service", parent: str = "sandbox-gateway",
+              parent_namespace: str = "") -> dict[str, Any]:
     """An HTTPRoute with one rule, its backends by name and weight (Services on port 8000, or
-    InferencePools)."""
+    InferencePools), under Gateway ``parent`` (in ``parent_namespace``, default the route's)."""
     refs = []
     for svc, weight in backends:
         ref: dict[str, Any] = {"name": svc, "weight": weight}
@@ -193,7 +194,8 @@ def httproute(name: str, backends: list[tuple[str, int]], hostnames: list[str] |
     return {
         "apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
         "metadata": {"name": name},
-        "spec": {"parentRefs": [{"name": parent}],
+        "spec": {"parentRefs": [{"name": parent, **({"namespace": parent_namespace}
+                                                     if parent_namespace else {})}],
                  "hostnames": hostnames or [], "rules": [{"backendRefs": refs}]},
     }
 

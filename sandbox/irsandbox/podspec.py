@@ -76,6 +76,10 @@ def target_labels(namespace: str, pod: str, pod_labels: dict[str, str] | None,
 # --- vLLM container and args -----------------------------------------------------------------
 
 
+#: vLLM's ``--port`` default: where a pod's server listens when its args do not say.
+VLLM_DEFAULT_PORT = 8000
+
+
 @dataclass(frozen=True)
 class VLLMArgs:
     model: str

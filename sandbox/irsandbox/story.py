@@ -228,7 +228,17 @@ class Then:
             shares = self.traffic()
             return shares if abs(shares.share(revision) - weight / 100) <= SHARE_TOLERANCE \
                 else None
-        return wait_for(near, timeout, f"nginx at {weight}%", interval=0.2, tolerate=())
+        return wait_for(near, timeout, f"the gateway at {weight}%", interval=0.2, tolerate=())
+
+    def each_step_carried(self, stable: str, canary: str,
+                          weights: tuple[int, ...] = (5, 20, 50)) -> None:
+        """At each weight in turn: the status says it, the route holds it, and a burst through
+        the gateway lands on the canary at that share, with no request failed."""
+        for weight in weights:
+            self.weight_reaches(weight, canary=canary)
+            self.route_is({stable: 100 - weight, canary: weight})
+            shares = self.traffic_near(canary, weight)
+            assert shares.failed == 0, shares.summary()
 
     def settles_on(self, revision: str) -> None:
         """:func:`~irsandbox.harness.settle_on` for this story's rollout."""

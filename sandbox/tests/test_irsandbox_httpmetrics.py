@@ -5,7 +5,12 @@ simulator. No cluster."""
 from __future__ import annotations
 
 import asyncio
+import os
 import re
+import socket
+import subprocess
+import sys
+from pathlib import Path
 
 import httpx
 import pytest
@@ -255,3 +260,63 @@ def test_shim_counts_a_stream_cut_short_with_the_status_it_sent():
     s = parse(asyncio.run(main()))
     assert requests_total(s, "/v1/chat/completions", "POST", "2xx") == 1
     assert requests_total(s, "/v1/chat/completions", "POST", "5xx") == 0
+
+
+def _free_port(host: str) -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def test_shim_process_serves_on_its_pod_address_and_names_the_pod_that_answered():
+    """The shim as the bridge starts it: on loopback and on the pod's own address (127.0.0.2
+    stands in for a pod IP: Linux routes all of 127/8 to lo, as up.sh routes the pod network),
+    every forwarded answer naming pod, rollout and revision; the load generator attributes by
+    them when no gateway header is there; SIGTERM ends it cleanly."""
+    async def main() -> tuple[list[dict[str, str]], loadgen.LoadReport, int]:
+        sim, sim_url = await serve(fake_sim())
+        port, pod_port = _free_port("127.0.0.1"), _free_port("127.0.0.2")
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "irsandbox.faultproxy", f"--listen-port={port}",
+            f"--upstream-port={sim_url.rsplit(':', 1)[1]}", "--pod=ns/chat-b-7d9-x",
+            "--rollout=chat", "--revision=b", f"--pod-address=127.0.0.2:{pod_port}",
+            env={**os.environ, "PYTHONPATH": str(Path(faultproxy.__file__).parent.parent)})
+        try:
+            urls = [f"http://127.0.0.1:{port}", f"http://127.0.0.2:{pod_port}"]
+            headers = []
+            async with httpx.AsyncClient(trust_env=False) as c:
+                for url in urls:
+                    for _ in range(100):
+                        try:
+                            r = await c.post(f"{url}/v1/chat/completions", json={
+                                "model": "m", "messages": [{"role": "user", "content": "hi"}]})
+                            break
+                        except httpx.TransportError:
+                            await asyncio.sleep(0.05)
+                    assert r.status_code == 200, r.text
+                    headers.append({k: r.headers.get(k, "") for k in (
+                        "x-serving-pod", "x-serving-rollout", "x-serving-revision")})
+            report = await loadgen.run_load(urls[1], model="m", rate=0, requests=5)
+            proc.terminate()
+            return headers, report, await asyncio.wait_for(proc.wait(), 10)
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+            await sim.cleanup()
+
+    headers, report, code = asyncio.run(main())
+    want = {"x-serving-pod": "ns/chat-b-7d9-x", "x-serving-rollout": "chat",
+            "x-serving-revision": "b"}
+    assert headers == [want, want]
+    assert report.by_pod == {"ns/chat-b-7d9-x": 5}
+    assert code == 0
+
+
+def test_shim_refuses_an_address_the_machine_does_not_own():
+    r = subprocess.run(
+        [sys.executable, "-m", "irsandbox.faultproxy", "--listen-port=0", "--upstream-port=1",
+         "--pod-address=198.51.100.7:8000"],  # TEST-NET-2: documentation only, never local
+        capture_output=True, text=True, timeout=30,
+        env={**os.environ, "PYTHONPATH": str(Path(faultproxy.__file__).parent.parent)})
+    assert r.returncode != 0
+    assert "cannot listen on 198.51.100.7:8000" in r.stderr

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # up.d hook: start the gateway controller (python -m irsandbox.gateway), which renders nginx config
 # from HTTPRoutes and runs nginx on GATEWAY_URL (127.0.0.1:18080). See docs/sandbox-bridge.md.
+# Routes whose only parent is Traefik's Gateway (gateway-system/traefik, up.d/65-traefik.sh) are
+# Traefik's: the translator neither serves them nor writes their status.
 # Idempotent: a running controller is left alone (it adopts a running nginx after a restart).
 # Logs: .sandbox/logs/gateway.log, nginx-error.log, nginx-access.log;
 # PIDs: .sandbox/pids/gateway.pid (controller), .sandbox/pids/nginx.pid (nginx master).
@@ -38,7 +40,7 @@ fi
 export PYTHONPATH="${IR_SANDBOX_DIR}${PYTHONPATH:+:${PYTHONPATH}}"
 rm -f "${IR_STATE}/gateway/state.json"
 start_process gateway "${PY}" -m irsandbox.gateway --state-dir "${IR_STATE}" \
-  --listen "${IR_HOST}:${port}" --nginx "${NGINX}"
+  --listen "${IR_HOST}:${port}" --nginx "${NGINX}" --foreign-gateway gateway-system/traefik
 
 wait_for "gateway (nginx on ${IR_HOST}:${port})" 60 "${IR_LOGS}/gateway.log" \
   curl -sf --max-time 1 "${healthz}"

@@ -43,8 +43,11 @@ TRAFFIC: dict[tuple[str, str, str], int] = {
 def series(ns: str, svc: str, code: str) -> list[str]:
     """The same requests as each implementation counts them."""
     return [
-        f'traefik_service_requests_total{{service="{ns}-{svc}-{PORT}@kubernetesgateway",'
-        f'code="{code}",method="POST",protocol="http"}}',
+        # Traefik v3.7's name: the router's, then the backend's (tests/sandbox/test_traefik.py
+        # reads the real one)
+        f'traefik_service_requests_total{{service="httproute-{ns}-{svc.split("-")[0]}-gw-'
+        f'gateway-system-traefik-ep-web-0-c4b3ce1b812cc6cd825e-svc-{ns}-{svc}-0'
+        f'@kubernetesgateway",code="{code}",method="POST",protocol="http"}}',
         f'istio_requests_total{{reporter="source",source_workload="gw",'
         f'destination_service_namespace="{ns}",destination_service_name="{svc}",'
         f'response_code="{code}"}}',

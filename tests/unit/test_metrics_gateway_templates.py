@@ -86,6 +86,22 @@ def test_traefik_selects_the_revisions_service_as_traefik_names_it() -> None:
     assert not matches(q, "service", "prod-chat-7d9f8c6b5a-8000@kubernetescrd")
 
 
+#: Traefik v3.7's name of a route's Service backend (read off the sandbox's Traefik v3.7.13).
+ROUTER = "httproute-prod-chat-gw-gateway-system-traefik-ep-web-0-c4b3ce1b812cc6cd825e"
+
+
+def test_traefik_v3_7_names_its_backend_after_the_router() -> None:
+    q = build_queries(metric(), REV, "60s", 20).value
+    assert matches(q, "service", f"{ROUTER}-svc-prod-chat-7d9f8c6b5a-1@kubernetesgateway")
+    assert not matches(q, "service", f"{ROUTER}-svc-prod-chat-0123456789-1@kubernetesgateway")
+    assert not matches(q, "service", f"{ROUTER}-svc-prod-chat-abc-7d9f8c6b5a-0@kubernetesgateway")
+    # the same rollout name in another namespace, under its own route
+    other = ROUTER.replace("-prod-", "-staging-", 1)
+    assert not matches(q, "service", f"{other}-svc-staging-chat-7d9f8c6b5a-1@kubernetesgateway")
+    # the weighted parent service is not a backend's
+    assert not matches(q, "service", f"{ROUTER}-wrr@kubernetesgateway")
+
+
 def test_the_share_counts_every_revision_of_the_rollout_and_nothing_else() -> None:
     q = build_queries(share(), REV, "60s", 20, weight=20)
     total = q.samples

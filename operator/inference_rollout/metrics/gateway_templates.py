@@ -36,8 +36,7 @@ _HASH = f"[0-9a-f]{{{HASH_LENGTH}}}"
 
 def _traefik_name(text: str) -> str:
     """Traefik's ``provider.Normalize``: runs of characters other than letters and digits become
-    one ``-`` (its Kubernetes Gateway provider names a Service backend
-    ``Normalize(<namespace>-<service>-<port>)@kubernetesgateway``)."""
+    one ``-``."""
     return "-".join(part for part in re.split(r"[^0-9A-Za-z]+", text) if part)
 
 
@@ -53,8 +52,18 @@ class Gateway:
 
 
 def _traefik(rev: Revision, revision_pattern: str) -> str:
-    prefix = regex_escape(_traefik_name(f"{rev.namespace}-{rev.rollout}"))
-    return f'service=~"{quote(f"{prefix}-{revision_pattern}-[0-9]+@kubernetesgateway")}"'
+    """Traefik's Kubernetes Gateway provider names the service of an HTTPRoute's Service backend
+    ``<router>-svc-<namespace>-<service>-<backend index>@kubernetesgateway``, where ``<router>`` is
+    ``httproute-<namespace>-<route>-gw-<gateway ns>-<gateway>-ep-<entry point>-<rule>-<hash>``
+    (v3.7: ``makeRouterName`` and ``loadService`` in ``pkg/provider/kubernetes/gateway``; seen in
+    the sandbox's Traefik v3.7.13, tests/sandbox/test_traefik.py). Earlier v3 releases named it
+    ``<namespace>-<service>-<port>@kubernetesgateway``; the router part is optional so both
+    match. Only the leaf services are counted per backend (the weighted parent is not), so a
+    revision's series are exactly its backend's."""
+    ns = regex_escape(_traefik_name(rev.namespace))
+    own = f"{regex_escape(_traefik_name(f'{rev.namespace}-{rev.rollout}'))}-{revision_pattern}"
+    pattern = f"(httproute-{ns}-.+-svc-)?{own}-[0-9]+@kubernetesgateway"
+    return f'service=~"{quote(pattern)}"'
 
 
 def _istio(rev: Revision, name: str) -> str:
