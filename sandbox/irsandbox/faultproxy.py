@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
 import json
 import signal
 import socket
@@ -57,6 +58,8 @@ HOP_BY_HOP = {
     "transfer-encoding", "upgrade", "content-length", "host",
 }
 CHECKED_PATHS = ("/v1/chat/completions", "/v1/completions")
+#: How long the shim waits for its pod's address to be free (see :func:`listen_socket`).
+POD_ADDRESS_PATIENCE = 30.0
 #: Prometheus' text format, version 0.0.4: what the simulator serves and the shim appends to.
 METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -270,20 +273,28 @@ def main(argv: list[str] | None = None) -> None:
     sockets = [listen_socket("127.0.0.1", args.listen_port)]
     if args.pod_address:
         host, _, port = args.pod_address.rpartition(":")
-        sockets.append(listen_socket(host, int(port)))
+        sockets.append(listen_socket(host, int(port), patience=POD_ADDRESS_PATIENCE))
     asyncio.run(serve(app, sockets))
 
 
-def listen_socket(host: str, port: int) -> socket.socket:
+def listen_socket(host: str, port: int, patience: float = 0.0) -> socket.socket:
     """A bound, listening TCP socket; an address the machine does not own fails here, at start,
-    with the address in the message (not later, on the first connection)."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as e:
-        sock.close()
-        raise SystemExit(f"faultproxy: cannot listen on {host}:{port}: {e}") from e
+    with the address in the message (not later, on the first connection). An address in use is
+    tried again for ``patience`` seconds: KWOK hands a deleted pod's IP to the next pod while the
+    old pod's shim may still be draining on it."""
+    deadline = time.monotonic() + patience
+    while True:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+            break
+        except OSError as e:
+            sock.close()
+            if e.errno == errno.EADDRINUSE and time.monotonic() < deadline:
+                time.sleep(0.1)
+                continue
+            raise SystemExit(f"faultproxy: cannot listen on {host}:{port}: {e}") from e
     sock.listen(512)
     return sock
 

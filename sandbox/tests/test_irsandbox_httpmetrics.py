@@ -10,6 +10,8 @@ import re
 import socket
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import httpx
@@ -320,3 +322,22 @@ def test_shim_refuses_an_address_the_machine_does_not_own():
         env={**os.environ, "PYTHONPATH": str(Path(faultproxy.__file__).parent.parent)})
     assert r.returncode != 0
     assert "cannot listen on 198.51.100.7:8000" in r.stderr
+
+
+def test_shim_waits_for_its_pod_address_to_be_free():
+    """A new pod may get the IP of one whose shim is still draining: the shim binds once the
+    address is free, within its patience, and gives up naming the address after it."""
+    holder = faultproxy.listen_socket("127.0.0.2", 0)
+    port = holder.getsockname()[1]
+    threading.Timer(0.5, holder.close).start()
+    t0 = time.monotonic()
+    sock = faultproxy.listen_socket("127.0.0.2", port, patience=10)
+    waited = time.monotonic() - t0
+    sock.close()
+    assert 0.4 <= waited < 10
+    holder = faultproxy.listen_socket("127.0.0.2", port)
+    try:
+        with pytest.raises(SystemExit, match=f"cannot listen on 127.0.0.2:{port}"):
+            faultproxy.listen_socket("127.0.0.2", port, patience=0.3)
+    finally:
+        holder.close()
