@@ -4,6 +4,7 @@ process, scraped by the real Prometheus with the pod's identity, shaped by its a
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import time
 
 import httpx
@@ -231,3 +232,13 @@ def test_simulators_listen_on_loopback_only(kit, namespace):
     assert listen_addresses(ep["sim_port"]) == {"127.0.0.1"}, ep
     shim = int(ep["address"].rsplit(":", 1)[1])
     assert listen_addresses(shim) == {"127.0.0.1"}, ep
+    # and on the pod's own address, inside the pod network that up.sh routes to lo (so it is
+    # no more reachable from outside the machine than 127.0.0.1): never a wildcard
+    network = kit.env.get("IR_POD_NETWORK")
+    if network:
+        ip, port = ep["pod_address"].rsplit(":", 1)
+        addrs = listen_addresses(int(port))
+        assert ip in addrs, (ep, addrs)
+        assert all(ipaddress.ip_address(a) in ipaddress.ip_network(network) for a in addrs), addrs
+    else:
+        assert ep["pod_address"] is None, ep
