@@ -57,16 +57,17 @@ def traefik_route(ns: str, backends: list[tuple[str, int]], host: str,
     return route
 
 
-def deploy(kit: Cluster, ns: str, weights: tuple[int, int]) -> str:
-    """chat-stable (2 pods) and chat-canary (1 pod), Services of the same names, and route
+def deploy(kit: Cluster, ns: str, weights: tuple[int, int],
+           revisions: tuple[str, str] = ("stable", "canary")) -> str:
+    """chat-<stable> (2 pods) and chat-<canary> (1 pod), Services of the same names, and route
     "chat" under Traefik's Gateway at ``weights``; returns the host."""
     host = f"chat.{ns}.example"
-    for rev, n in (("stable", 2), ("canary", 1)):
+    for rev, n in zip(revisions, (2, 1), strict=True):
         kit.create(ns, manifests.vllm_deployment(f"chat-{rev}", revision=rev, replicas=n))
         kit.create(ns, manifests.service(f"chat-{rev}", "chat", rev))
-    kit.create(ns, traefik_route(ns, [("chat-stable", weights[0]), ("chat-canary", weights[1])],
-                                 host))
-    for rev, n in (("stable", 2), ("canary", 1)):
+    kit.create(ns, traefik_route(ns, [(f"chat-{revisions[0]}", weights[0]),
+                                      (f"chat-{revisions[1]}", weights[1])], host))
+    for rev, n in zip(revisions, (2, 1), strict=True):
         kit.wait_serving(ns, f"{LABEL_REVISION}={rev}", n)
     return host
 
@@ -218,3 +219,27 @@ def test_gateway_error_rate_counts_what_users_got_from_a_dead_canary(
     assert rate == pytest.approx(errors / (answered + errors))
     print(f"canary: {answered} answered, {errors} 5xx at the gateway; gateway-error-rate "
           f"{rate:.3f}; time {time.strftime('%H:%M:%S')}")
+
+
+def test_gateway_traffic_share_reads_the_split_traefik_made(traefik: Cluster,
+                                                            namespace: str) -> None:
+    """The traffic-share template over Traefik's counters: at 20 % the canary's share of the
+    rollout's requests is 20 % (within a point), and the guard counts the rollout's requests.
+    Revisions are named as the operator names them (10 hex characters), which the template's
+    "every revision of the rollout" selector requires."""
+    stable, canary = "a1b2c3d4e5", "f6e5d4c3b2"
+    host = deploy(traefik, namespace, (80, 20), (stable, canary))
+    wait_served(traefik, namespace, {f"chat-{stable}": (80, 2), f"chat-{canary}": (20, 1)})
+    report = load(traefik, host, 1500)
+    assert report.failed == 0 and abs(report.share(canary) - 0.20) <= 0.02, report.by_revision
+    rev = Revision(namespace, "chat", canary)
+    share_q = gateway_templates.traffic_share_error("traefik", rev, "5m", 20)
+    total_q = gateway_templates.rollout_requests("traefik", rev, "5m")
+
+    def settled() -> tuple[float, float] | None:
+        total, points = traefik.prom_value(total_q), traefik.prom_value(share_q)
+        return (total, points) if total and total >= 1000 and points is not None else None
+
+    total, points = wait_for(settled, 20, "the rollout's requests at Traefik in Prometheus")
+    print(f"gateway-traffic-share: {points:.2f} points from 20 % over {total:.0f} requests")
+    assert points <= 1.0
