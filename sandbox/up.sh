@@ -167,7 +167,8 @@ scrape_configs:
   static_configs:
   - targets: ['${IR_HOST}:${PROMETHEUS_PORT}']
 # Traefik, the Gateway API implementation (up.d/65-traefik.sh): the gateway's own view of the
-# traffic (traefik_service_requests_total{service="<ns>-<svc>-<port>@kubernetesgateway", code}).
+# traffic (traefik_service_requests_total{service="httproute-<ns>-<route>-...-svc-<ns>-<svc>-<i>@kubernetesgateway",
+# code}: docs/metrics.md, "Which gateway").
 - job_name: traefik
   static_configs:
   - targets: ['${IR_HOST}:${TRAEFIK_METRICS_PORT}']

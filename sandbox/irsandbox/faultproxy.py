@@ -313,5 +313,6 @@ async def serve(app: web.Application, sockets: list[socket.socket]) -> None:
     await stop.wait()
     await runner.cleanup()
 
+
 if __name__ == "__main__":
     main()
