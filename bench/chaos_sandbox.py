@@ -16,7 +16,7 @@ run the committed operator (:class:`common.BenchOperator`); every U(``--kill-eve
 of the running replicas (the Lease holder or the standby, at random) is SIGKILLed and started again
 under a new identity, as a new pod would be, until ``--kills``. Faults at fixed fractions of the
 run: Prometheus SIGKILLed and kept down ``--prometheus-outage`` seconds, then the kube-apiserver,
-etcd, and the gateway (translator and nginx) SIGKILLed and restarted by ``sandbox/up.sh``.
+etcd, and the gateway (Traefik) SIGKILLed and restarted by ``sandbox/up.sh``.
 Afterwards the releases still moving get ``--settle`` seconds to finish.
 
 What is judged (:mod:`chaos_history`, from every status version a watch of the namespace
@@ -229,10 +229,9 @@ class ChaosRun:
             self.starting.discard(r.name)
 
     def sigkill_component(self, *names: str) -> None:
-        """SIGKILL each component and all its descendants, listed before the first kill: nginx's
-        workers outlive a killed master and keep the port (and the old configuration), which no
-        real gateway restart does, and once the master is dead (the translator's child) its
-        workers belong to init and no longer show as its children."""
+        """SIGKILL each component and all its descendants, listed before the first kill: a
+        child that outlives its parent (e.g. nginx's workers, which keep the port) belongs to init
+        and no longer shows as its children."""
         victims: list[int] = []
         for name in names:
             pidfile = Path(self.env["IR_STATE"]) / "pids" / f"{name}.pid"
@@ -300,7 +299,7 @@ class ChaosRun:
             self.sandbox_up()
             return
         self.sigkill_component(*{"prometheus-down": ("prometheus",),
-                                 "gateway": ("gateway", "nginx")}.get(kind, (kind,)))
+                                 "gateway": ("traefik",)}.get(kind, (kind,)))
         if kind != "prometheus-down":
             time.sleep(3)
             self.sandbox_up()

@@ -6,7 +6,7 @@ server (DESIGN §9: p50 ≤ 250 ms), over many rollbacks on the sandbox.
 Method: one namespace, the operator as a process watching only it (its own ports and log, the
 package exported from the last commit: ``IR_BENCH_REF``).  ``--rollouts`` lanes run in parallel;
 each lane creates a fresh InferenceRollout (1 replica, GPU limit 0, a vLLM simulator behind the
-sandbox nginx), waits for it to be Healthy, starts ``--rate`` req/s of background load on its
+sandbox's Traefik), waits for it to be Healthy, starts ``--rate`` req/s of background load on its
 host, and releases a canary whose time to first token is 400 ms against an SLO of 100 ms (breach
 above 150 ms): step 50 % (pause 60 s), analysis interval 5 s, 1 s scrapes.  The release fails its
 analysis and is rolled back; the lane deletes that rollout and starts the next one.  (A fresh

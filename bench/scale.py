@@ -21,8 +21,8 @@ all N hold at 50 % with a Pass verdict, the steady state is measured for ``--mea
 * independently, every 15 s, a LIST of all rollouts: the age of each one's latest
   ``analysis.const.measuredAt`` (≤ interval + lag when the rollout is on its interval).
 
-The sandbox gateway (nginx) watches every HTTPRoute, so N routes are created in its config; they
-have no endpoints and do not change during the measurement.
+The sandbox's gateway (Traefik) watches every HTTPRoute, so N routes are in its configuration;
+their pods have no simulators and the routes do not change during the measurement.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ from common import (
 from inference_rollout.api.duration import parse_duration
 from irsandbox.cluster import GROUP, PLURAL, VERSION, Cluster, ignore_status
 from irsandbox.common import wait_for
-from irsandbox.manifests import KWOK_TOLERATION, container, inference_rollout
+from irsandbox.manifests import GATEWAY_PARENT, KWOK_TOLERATION, container, inference_rollout
 
 TAINT = "bench.inference.dev/scale"
 LAG = "inference_rollout_reconcile_lag_seconds"
@@ -87,7 +87,7 @@ def manifest(name: str, ns: str, tag: str, prometheus: str, interval: str,
         pod={"nodeSelector": {TAINT: tag},
              "tolerations": [{"key": TAINT, "operator": "Equal", "value": tag,
                               "effect": "NoSchedule"}, dict(KWOK_TOLERATION)]},
-        traffic={"gatewayAPI": {"parentRefs": [{"name": "sandbox"}],
+        traffic={"gatewayAPI": {"parentRefs": [dict(GATEWAY_PARENT)],
                                 "hostnames": [f"{name}.{ns}.test"]}},
         strategy={"steps": [{"weight": 50, "pause": "24h"}, {"weight": 100}],
                   "progressDeadline": "20m"},

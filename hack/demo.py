@@ -3,10 +3,10 @@
 1. ``chat`` v1 is deployed (2 GPU pods, each backed by a vLLM simulator).
 2. v2 is released: 5% → 20% → 50% → 100%, Prometheus analysis after every shift, promoted.
 3. v3 is released with a TTFT regression (first token in 400 ms against a 100 ms SLO): the
-   operator rolls it back by itself, and nginx sends all traffic to v2 again.
+   operator rolls it back by itself, and Traefik sends all traffic to v2 again.
 
-Traffic flows through nginx at 20 requests/s the whole time; the table is read live from the
-InferenceRollout's status and the HTTPRoute.
+Traffic flows through Traefik (the sandbox's Gateway API implementation) at 20 requests/s the
+whole time; the table is read live from the InferenceRollout's status and the HTTPRoute.
 """
 
 from __future__ import annotations
@@ -81,17 +81,17 @@ def main() -> int:
                   420, "release v2: 5% → 20% → 50% → 100% with analysis")
         v2 = st["stableRevision"]
         shares = measure_shares(env, rel.host, 200)
-        print(f"  through nginx now: {shares.share(v2):.0%} on v2 ({v2})")
+        print(f"  through Traefik now: {shares.share(v2):.0%} on v2 ({v2})")
         rel.apply(with_template(rel.manifest, version="v3", ttft_ms=400))
         st = show(rel, lambda s: s.get("phase") == "Degraded", 240,
                   "release v3 with a TTFT regression (400 ms vs SLO 100 ms × 1.5)")
-        # The rollback is one route write; nginx follows a moment later: measure after that.
+        # The rollback is one route write; Traefik follows a moment later: measure after that.
         settle_on(env, rel.host, v2)
         shares = measure_shares(env, rel.host, 200)
         print("\n== summary")
         print(f"  v1 {v1} → v2 {v2}: promoted through 5/20/50/100")
         print(f"  v3 {st['canaryRevision']}: rolled back — {st['message']}")
-        print(f"  traffic through nginx after the rollback: {shares.share(v2):.0%} on v2")
+        print(f"  traffic through Traefik after the rollback: {shares.share(v2):.0%} on v2")
         print(f"  operator metrics: http://127.0.0.1:{op.metrics_port}/metrics; "
               "stop the sandbox with `make sandbox-down`")
         return 0 if shares.share(v2) == 1.0 else 1

@@ -4,7 +4,7 @@
 #   $IR_CACHE/crds/<name>-<version>/     Gateway API standard CRDs, InferencePool CRD
 #   $IR_CACHE/src/<name>-<version>/      generated wrapper Go modules (not the repo)
 # Idempotent: whatever is already in the cache is skipped. Versions: sandbox/versions.env.
-# Usage: sandbox/build.sh [step...]   steps: apt crds kwok sim helm helm3 etcd kubernetes prometheus_adapter traefik (default: all); peers (bench only)
+# Usage: sandbox/build.sh [step...]   steps: apt crds kwok sim helm helm3 etcd kubernetes prometheus prometheus_adapter traefik (default: all); peers (bench only)
 set -euo pipefail
 
 # shellcheck source=sandbox/lib.sh
@@ -101,15 +101,28 @@ step_sim() {
 # 127.0.0.1 in a copy of the module beside the wrapper (the module cache stays read-only and
 # untouched), replaces the module with the copy, and fails if the line is not where it was.
 patch_sim_loopback() {
-  local src="$1" module="$2" version="$3" dir file
-  dir="$(go_info "${module}" "${version}" | jq -r .Dir)"
-  rm -rf "${src}/module" && cp -r "${dir}" "${src}/module" && chmod -R u+w "${src}/module"
+  local src="$1" module="$2" version="$3" file
+  copy_module "${module}" "${version}" "${src}/module"
   file="${src}/module/pkg/communication/http.go"
-  grep -q 'net.Listen("tcp4", fmt.Sprintf(":%d"' "${file}" ||
-    die "llm-d-inference-sim ${version}: the listen address in ${file} moved; update patch_sim_loopback"
-  sed -i 's/net.Listen("tcp4", fmt.Sprintf(":%d"/net.Listen("tcp4", fmt.Sprintf("127.0.0.1:%d"/' "${file}"
+  sed_present "${file}" 'net.Listen("tcp4", fmt.Sprintf(":%d"' \
+    'net.Listen("tcp4", fmt.Sprintf("127.0.0.1:%d"' "llm-d-inference-sim ${version}: patch_sim_loopback"
   printf '\nreplace %s => ./module\n' "${module}" >>"${src}/go.mod"
   log "${SIM_BIN_NAME}" "patched its listener to 127.0.0.1 (${file#"${src}/"})"
+}
+
+# copy_module MODULE VERSION DIR: a writable copy of MODULE@VERSION's source at DIR (the module
+# cache stays read-only and untouched), for a patch and a `replace MODULE => DIR`.
+copy_module() {
+  local dir
+  dir="$(go_info "$1" "$2" | jq -r .Dir)"
+  rm -rf "$3" && cp -r "${dir}" "$3" && chmod -R u+w "$3"
+}
+
+# sed_present FILE PATTERN REPLACEMENT WHO: replace PATTERN (a sed regex without `#`) in FILE,
+# failing naming WHO when a new version no longer has it, so a patch never silently does nothing.
+sed_present() {
+  grep -q -- "$2" "$1" || die "$4: '$2' is no longer in $1; update the patch"
+  sed -i "s#$2#$3#" "$1"
 }
 
 step_helm() {
@@ -216,7 +229,7 @@ step_kubernetes() {
   log kubernetes "built: $("$(cached_bin kube-apiserver "${v}")" --version)"
 }
 
-# --- Traefik: the sandbox's Gateway API implementation (docs/sandbox.md#traefik) -----------------
+# --- Traefik: the sandbox's Gateway API implementation (docs/sandbox.md#gateways-traefik-and-the-nginx-translator) -----------------
 # Its go.mod has three kinds of `replace` a wrapper module must handle:
 #   * forks (go-http-auth, mux): copied (patch_copy_replaces); the go-http-auth fork's pseudo-version
 #     of v3.7.13 (2026-08) is refused by the Go module proxy here (403), so the fork's 2020 one, which
@@ -231,13 +244,13 @@ TRAEFIK_HTTP_AUTH=v0.4.1-0.20200324110947-a37a7636d23e
 TRAEFIK_LEGO_DROP=(edgedns huaweicloud oraclecloud sakuracloud ucloud yandexcloud)
 
 step_traefik() {
-  wrapper_build traefik github.com/traefik/traefik/v3 "${TRAEFIK_VERSION}" \
+  wrapper_build "${TRAEFIK_BIN_NAME}" github.com/traefik/traefik/v3 "${TRAEFIK_VERSION}" \
     github.com/traefik/traefik/v3/cmd/traefik \
     "-X github.com/traefik/traefik/v3/pkg/version.Version=${TRAEFIK_VERSION}" patch_traefik
 }
 
 patch_traefik() {
-  local src="$1" module="$2" version="$3" gomod lego legov p f
+  local src="$1" module="$2" version="$3" gomod legov p f
   gomod="$(go_info "${module}" "${version}" | jq -r .GoMod)"
   patch_copy_replaces "${src}" "${module}" "${version}"
   grep -q 'github.com/containous/go-http-auth ' "${src}/go.mod" ||
@@ -255,8 +268,7 @@ patch_traefik() {
   # lego without the DNS providers whose SDKs the proxy refuses
   legov="$(sed -nE 's#^[[:space:]]*github.com/go-acme/lego/v5[[:space:]]+(v[^ ]+).*#\1#p' "${gomod}" | head -1)"
   [[ -n "${legov}" ]] || die "traefik ${version}: no github.com/go-acme/lego/v5 in its go.mod"
-  lego="$(go_info github.com/go-acme/lego/v5 "${legov}" | jq -r .Dir)"
-  rm -rf "${src}/lego" && cp -r "${lego}" "${src}/lego" && chmod -R u+w "${src}/lego"
+  copy_module github.com/go-acme/lego/v5 "${legov}" "${src}/lego"
   f="${src}/lego/providers/dns/zz_gen_dns_providers.go"
   for p in "${TRAEFIK_LEGO_DROP[@]}"; do
     grep -q "\"github.com/go-acme/lego/v5/providers/dns/${p}\"" "${f}" ||
@@ -266,7 +278,38 @@ patch_traefik() {
   done
   rm -f "${src}/lego/providers/dns/dns_providers_test.go"
   printf '\nreplace github.com/go-acme/lego/v5 => ./lego\n' >>"${src}/go.mod"
-  log traefik "wrapper: forks and exclude copied, go-http-auth fork at ${TRAEFIK_HTTP_AUTH}, ext module written, lego ${legov} without ${TRAEFIK_LEGO_DROP[*]}"
+  patch_traefik_full_duplex "${src}" "${module}" "${version}"
+  log traefik "wrapper: forks and exclude copied, go-http-auth fork at ${TRAEFIK_HTTP_AUTH}, ext module written, lego ${legov} without ${TRAEFIK_LEGO_DROP[*]}, HTTP server in full duplex"
+}
+
+# patch_traefik_full_duplex DIR MODULE VERSION: Traefik's entry points serve HTTP/1 in full duplex
+# (http.ResponseController.EnableFullDuplex on every request), as Go documents for proxies. Without
+# it Go's HTTP/1 server closes a request's body once the response starts (golang/go#15527,
+# #57786), and when a backend answers a POST's headers within a millisecond or two, the transport's
+# last read of that body (it checks the body has no bytes beyond Content-Length) can come after:
+# the read fails, the transport closes the backend connection, and the client's stream is cut
+# right after its 200 ("httputil: ReverseProxy read error during body copy: use of closed network
+# connection", traefik/traefik#10381). Measured here: about 1 streamed chat completion in 3,000,
+# 4 in 4,800 while routes change (docs/sandbox.md, "Gateways"). A copy of the module, replaced.
+patch_traefik_full_duplex() {
+  local src="$1" module="$2" version="$3" file
+  copy_module "${module}" "${version}" "${src}/traefik"
+  file="${src}/traefik/pkg/server/server_entrypoint_tcp.go"
+  sed_present "${file}" '^	handler = denyOpaque(handler)$' \
+    '	handler = denyOpaque(handler)\n	handler = fullDuplex(handler)' \
+    "traefik ${version}: patch_traefik_full_duplex"
+  cat >>"${file}" <<'GO'
+
+// fullDuplex (added by inference-rollout's sandbox/build.sh) lets a request's body be read after
+// its response has begun, so a proxied POST is never cut because its backend answered early.
+func fullDuplex(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(rw http.ResponseWriter, req *http.Request) {
+		_ = http.NewResponseController(rw).EnableFullDuplex() // HTTP/2 is full duplex already
+		h.ServeHTTP(rw, req)
+	})
+}
+GO
+  printf '\nreplace %s => ./traefik\n' "${module}" >>"${src}/go.mod"
 }
 
 # --- Peers for the side-by-side benchmark (bench-only: not in the default steps) -----------------
@@ -281,13 +324,22 @@ step_peers() {
 }
 
 # argo_gatewayapi_plugin_build: Argo Rollouts' Gateway API traffic-router plugin, a main package at
-# its module root, built in its own module (its go.mod and go.sum, -mod=readonly) from the Go module
-# proxy's zip or, where the proxy refuses the module (403 here for every version), from the tag in
-# a git directory named by IR_ARGO_GATEWAYAPI_PLUGIN_GIT (`git archive`, so nothing but the tag).
+# its module root. The Go module proxy here refuses the module (403 for every version), so it is
+# built from the tag in a git directory named by IR_ARGO_GATEWAYAPI_PLUGIN_GIT where the proxy fails.
 argo_gatewayapi_plugin_build() {
-  local name=argo-rollouts-gatewayapi-plugin version="${ARGO_GATEWAYAPI_PLUGIN_VERSION}"
-  local module=github.com/argoproj-labs/rollouts-plugin-trafficrouter-gatewayapi
-  local out src="${IR_CACHE}/src/${name}-${version}" dir git="${IR_ARGO_GATEWAYAPI_PLUGIN_GIT:-}"
+  own_module_build argo-rollouts-gatewayapi-plugin \
+    github.com/argoproj-labs/rollouts-plugin-trafficrouter-gatewayapi \
+    "${ARGO_GATEWAYAPI_PLUGIN_VERSION}" . "" "" "${IR_ARGO_GATEWAYAPI_PLUGIN_GIT:-}"
+}
+
+# own_module_build NAME MODULE VERSION PKG [LDFLAGS [TAGS [GIT]]]: build PKG (relative to the module
+# root) inside MODULE@VERSION itself, with its own go.mod and go.sum (-mod=readonly, GOWORK=off), so
+# only the modules PKG imports under TAGS are downloaded: a wrapper module's `go mod tidy` would
+# resolve every build tag's imports. The source is the Go module proxy's zip or, where the proxy
+# refuses the module, the tag VERSION of the git directory GIT (`git archive`, nothing but the tag).
+own_module_build() {
+  local name="$1" module="$2" version="$3" pkg="$4" ldflags="${5:-}" tags="${6:-}" git="${7:-}"
+  local out src="${IR_CACHE}/src/${name}-${version}" dir
   out="$(cached_bin "${name}" "${version}")"
   if have_all "${out}"; then
     log "${name}" "cached ${out}"
@@ -300,12 +352,24 @@ argo_gatewayapi_plugin_build() {
     log "${name}" "the module proxy does not serve ${module}@${version}; using ${git}"
     git -C "${git}" archive "${version}" | tar -x -C "${src}"
   else
-    die "the Go module proxy does not serve ${module}@${version}: set IR_ARGO_GATEWAYAPI_PLUGIN_GIT to a git clone of https://${module} holding the tag"
+    die "the Go module proxy does not serve ${module}@${version}${git:+ and ${git} has no tag ${version}}"
   fi
-  log "${name}" "compiling ${module}@${version}"
-  (cd "${src}" && go build -mod=readonly "${GO_BUILD_FLAGS[@]}" -ldflags "-s -w" -o "${out}.tmp" .)
+  log "${name}" "compiling ${module}@${version} ${pkg}${tags:+ (tags ${tags})}"
+  (cd "${src}" && GOWORK=off go build -mod=readonly "${GO_BUILD_FLAGS[@]}" ${tags:+-tags "${tags}"} \
+    -ldflags "-s -w ${ldflags}" -o "${out}.tmp" "${pkg}")
   mv "${out}.tmp" "${out}"
   log "${name}" "built ${out}"
+}
+
+# Prometheus with only its Kubernetes service discovery (Debian's package has none, and the
+# sandbox discovers pods as a PodMonitor does: up.sh's prometheus.yml). Its build tags drop the
+# other discovery plugins (remove_all_sd, enable_kubernetes_sd: plugins/plugin_*.go); without
+# `builtinassets` the web UI is not embedded, and the HTTP API, all the sandbox uses, is whole.
+step_prometheus() {
+  local v="${PROMETHEUS_VERSION}" m=github.com/prometheus/common/version
+  own_module_build prometheus github.com/prometheus/prometheus "${PROMETHEUS_MODULE_VERSION}" \
+    ./cmd/prometheus "-X ${m}.Version=${v#v} -X ${m}.Branch=module -X ${m}.Revision=${PROMETHEUS_MODULE_VERSION}" \
+    remove_all_sd,enable_kubernetes_sd
 }
 
 # patch_copy_replaces DIR MODULE VERSION: append MODULE's non-local replace directives to DIR/go.mod
@@ -325,11 +389,11 @@ main() {
   command -v go >/dev/null || die "go is not installed (need Go >= 1.26)"
   command -v jq >/dev/null || die "jq is not installed (apt-get install -y jq)"
   local steps=("$@")
-  ((${#steps[@]})) || steps=(apt crds kwok sim helm helm3 etcd kubernetes prometheus_adapter traefik)
+  ((${#steps[@]})) || steps=(apt crds kwok sim helm helm3 etcd kubernetes prometheus prometheus_adapter traefik)
   log build "cache ${IR_CACHE}; $(go version)"
   local s lock
   for s in "${steps[@]}"; do
-    declare -F "step_${s}" >/dev/null || die "unknown step ${s} (steps: apt crds kwok sim helm helm3 etcd kubernetes prometheus_adapter traefik, and peers for bench/peers)"
+    declare -F "step_${s}" >/dev/null || die "unknown step ${s} (steps: apt crds kwok sim helm helm3 etcd kubernetes prometheus prometheus_adapter traefik, and peers for bench/peers)"
     # One lock per step: two concurrent build.sh runs never build the same thing twice.
     lock="${IR_CACHE}/.build-${s}.lock"
     exec 9>"${lock}"

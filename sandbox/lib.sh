@@ -56,6 +56,8 @@ k8s_staging_version() {
 
 # llm-d-inference-sim as the sandbox builds it: patched to listen on 127.0.0.1 only (build.sh).
 SIM_BIN_NAME=llm-d-inference-sim-loopback
+# Traefik as the sandbox builds it: its HTTP server in full duplex (build.sh patch_traefik).
+TRAEFIK_BIN_NAME=traefik-fullduplex
 
 # Cached binary path for a tool at a version: $IR_CACHE/bin/<name>-<version>
 cached_bin() {
@@ -70,7 +72,8 @@ sandbox_binaries() {
   done
   printf '%s %s\n' etcd "${ETCD_VERSION}" kwok "${KWOK_VERSION}" \
     "${SIM_BIN_NAME}" "${LLM_D_INFERENCE_SIM_VERSION}" helm "${HELM_VERSION}" \
-    prometheus-adapter "${PROMETHEUS_ADAPTER_VERSION}" traefik "${TRAEFIK_VERSION}"
+    prometheus-adapter "${PROMETHEUS_ADAPTER_VERSION}" "${TRAEFIK_BIN_NAME}" "${TRAEFIK_VERSION}" \
+    prometheus "${PROMETHEUS_MODULE_VERSION}"
 }
 
 # Is TCP PORT on 127.0.0.1 accepting connections?

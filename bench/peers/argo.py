@@ -21,6 +21,7 @@ import yaml
 from inference_rollout.metrics.promql import Revision, regex_escape
 from irsandbox.cluster import Cluster
 from irsandbox.common import state_dir
+from irsandbox.manifests import GATEWAY_PARENT
 
 from .peer import PeerProcess, binary, install_crds, module_dir, pinned
 
@@ -97,7 +98,7 @@ def http_route(name: str, host: str) -> dict[str, Any]:
     """The route the plugin sets weights on: everything on stable to begin with."""
     return {"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
             "metadata": {"name": name},
-            "spec": {"parentRefs": [{"name": "sandbox"}], "hostnames": [host],
+            "spec": {"parentRefs": [dict(GATEWAY_PARENT)], "hostnames": [host],
                      "rules": [{"backendRefs": [
                          {"name": f"{name}-stable", "port": 8000, "weight": 100},
                          {"name": f"{name}-canary", "port": 8000, "weight": 0}]}]}}

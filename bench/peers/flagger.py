@@ -17,6 +17,7 @@ import common  # noqa: F401  (the operator export and sandbox/ on the path)
 
 from irsandbox.cluster import Cluster
 from irsandbox.common import wait_for
+from irsandbox.manifests import GATEWAY_PARENT
 
 from .peer import PeerProcess, binary, module_dir, pinned
 from .peer import install_crds as peer_install_crds
@@ -79,7 +80,7 @@ def canary(name: str, host: str, interval_s: int, steps: list[int], metric: str,
             "targetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": name},
             "progressDeadlineSeconds": progress_deadline_s,
             "service": {"port": 8000, "targetPort": "http", "hosts": [host],
-                        "gatewayRefs": [{"name": "sandbox"}]},
+                        "gatewayRefs": [dict(GATEWAY_PARENT)]},
             "analysis": {"interval": f"{interval_s}s", "threshold": 1, "stepWeights": steps,
                          "metrics": [{"name": metric, "templateRef": {"name": metric},
                                       "thresholdRange": {"max": threshold},

@@ -14,8 +14,8 @@ as vLLM's ``http_requests_total``/``http_request_duration_seconds`` (appended to
 - KWOK owns the pod's ``Ready`` condition (sandbox/kwok/stages.yaml: Ready after
   ``startup-seconds``). The bridge reports the simulator's own ``/health/ready`` verdict in the
   pod condition ``sim.inference.dev/loaded``.
-- Each pod's shim is a Prometheus target (file_sd ``<targets>/<ns>_<pod>.json``) with labels
-  ``namespace``, ``pod``, ``container`` and the pod's labels, sanitised as kube-prometheus does.
+- Prometheus finds each pod itself, from the API server (``kubernetes_sd_configs``, role pod, in
+  up.sh's prometheus.yml), and scrapes its shim on the pod's own address: nothing here tells it.
 - Annotation changes on a running pod go to the simulator's ``/admin/config`` (latencies, failure
   injection) or the shim (business-fail-rate).
 - When the pod object is gone: out of the map, SIGTERM after ``--drain-seconds``.
@@ -75,7 +75,6 @@ POD_UID_ENV = "IR_BRIDGE_POD_UID"
 #: Simulator ports: below Linux's ephemeral range (32768+) and clear of the sandbox's fixed ports.
 PORT_RANGE = range(21000, 30000)
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
-TARGET_OWNER_LABEL = "__irsandbox_owner"
 
 
 def now_rfc3339() -> str:
@@ -227,9 +226,7 @@ class Bridge:
         self.dir = state / "bridge"
         self.logs = state / "logs" / "pods"
         self.pids = state / "pids"
-        self.targets = Path(os.environ.get("IR_PROMETHEUS_TARGETS_DIR")
-                            or state / "prometheus" / "targets")
-        for d in (self.dir, self.logs, self.pids, self.targets):
+        for d in (self.dir, self.logs, self.pids):
             d.mkdir(parents=True, exist_ok=True)
         self.owner = str(state)
         self.backends: dict[str, Backend] = {}  # by pod uid
@@ -538,7 +535,6 @@ class Bridge:
 
     def publish(self) -> None:
         pods: dict[str, Any] = {}
-        want_targets: dict[str, Any] = {}
         for b in self.backends.values():
             if b.stopping_at or not b.serving:
                 continue
@@ -555,32 +551,12 @@ class Bridge:
                 "labels": labels, "rollout": rollout, "revision": revision,
                 "loaded": b.loaded, "ready": podspec.is_pod_ready(pod) if pod else False,
             }
-            tl = podspec.target_labels(b.namespace, b.name, labels,
-                                       (podspec.find_vllm_container(pod) or {}).get("name", "vllm"))
-            tl[TARGET_OWNER_LABEL] = "bridge"
-            want_targets[f"{b.file_stem()}.json"] = [
-                {"targets": [f"127.0.0.1:{b.port}"], "labels": tl}]
         doc = {"pods": pods,
                "ports": {str(v["port"]): k for k, v in sorted(pods.items())}}
-        snapshot = (doc, want_targets)
-        if snapshot == self._published:
+        if doc == self._published:
             return
-        for name, content in want_targets.items():
-            path = self.targets / name
-            if read_json(path) != content:
-                write_json_atomic(path, content)
-        for path in self.targets.glob("*.json"):
-            if path.name in want_targets:
-                continue
-            content = read_json(path)
-            if isinstance(content, list) and any(
-                (g.get("labels") or {}).get(TARGET_OWNER_LABEL) == "bridge"
-                for g in content if isinstance(g, dict)
-            ):
-                with contextlib.suppress(FileNotFoundError):
-                    path.unlink()
         write_json_atomic(self.dir / "endpoints.json", {"updated": now_rfc3339(), **doc})
-        self._published = snapshot
+        self._published = doc
 
     def write_status(self, force: bool = False) -> None:
         if not force and time.monotonic() - self._last_status < 5:

@@ -30,6 +30,9 @@ CRD_FILE = REPO / "crds" / "rollouts.inference.dev_inferencerollouts.yaml"
 GROUP, VERSION, PLURAL = "rollouts.inference.dev", "v1alpha1", "inferencerollouts"
 HTTPROUTE = ("gateway.networking.k8s.io", "v1", "httproutes")
 INFERENCEPOOL = ("inference.networking.k8s.io", "v1", "inferencepools")
+#: The sandbox's Gateway (namespace, name), which Traefik serves (sandbox/up.d/65-traefik.sh)
+TRAEFIK_GATEWAY = ("gateway-system", "traefik")
+TRAEFIK_CONTROLLER = "traefik.io/gateway-controller"
 CONFLICT_RETRIES = 5  # a replace that meets a status write in between is read again
 
 
@@ -295,8 +298,12 @@ class Cluster:
 
     def wait_programmed(self, ns: str, route: str, pods_per_backend: dict[str, int],
                         timeout: float = 30) -> dict[str, Any]:
-        """Wait until the gateway runs the route's current generation with that many pods behind
-        each named backend (weight-0 backends included)."""
+        """Wait until the gateway serving the route runs its current generation with that many
+        pods behind each named backend (weight-0 backends included): Traefik for a route under
+        the sandbox's Gateway, the nginx translator for any other parent."""
+        if self._under_traefik(self.route(ns, route)):
+            return self._wait_traefik_runs(ns, route, pods_per_backend, timeout)
+
         def check() -> dict[str, Any] | None:
             gen = int(self.route(ns, route)["metadata"]["generation"])
             st = (self.gateway_state().get("routes") or {}).get(f"{ns}/{route}")
@@ -308,6 +315,61 @@ class Cluster:
                 return st
             return None
         return wait_for(check, timeout, f"gateway to program {ns}/{route} {pods_per_backend}")
+
+    @staticmethod
+    def _under_traefik(route: dict[str, Any]) -> bool:
+        ns = route["metadata"]["namespace"]
+        return any((ref.get("namespace") or ns, ref.get("name")) == TRAEFIK_GATEWAY
+                   for ref in route["spec"].get("parentRefs") or [])
+
+    def traefik_backends(self, ns: str, route: str) -> dict[str, tuple[int, int]]:
+        """What Traefik runs for a route under the sandbox's Gateway (its API: the configuration
+        in force, not the one it was told): backend Service -> (weight, servers that are pod
+        addresses). Traefik names a route's services ``httproute-<ns>-<route>-gw-<gateway ns>-
+        <gateway>-ep-<entry point>-<rule>-<hash>``, and each backend's
+        ``…-svc-<ns>-<service>-<index>``."""
+        services = httpx.get(f"{self.traefik_api_url}/api/http/services", timeout=5,
+                             trust_env=False).json()
+        by_name = {s["name"]: s for s in services}
+        prefix = f"httproute-{ns}-{route}-gw-{'-'.join(TRAEFIK_GATEWAY)}-ep-"
+        out: dict[str, tuple[int, int]] = {}
+        for s in services:
+            if not (s["name"].startswith(prefix) and s.get("weighted")):
+                continue
+            for child in s["weighted"]["services"]:
+                backend = child["name"].split(f"-svc-{ns}-", 1)[-1].rsplit("-", 1)[0]
+                lb = (by_name.get(child["name"])
+                      or by_name.get(f"{child['name']}@kubernetesgateway") or {}
+                      ).get("loadBalancer") or {}
+                pod_servers = [srv["url"] for srv in lb.get("servers") or []
+                               if srv.get("url", "").startswith("http://10.")]
+                out[backend] = (int(child.get("weight", 1)), len(pod_servers))
+        return out
+
+    def _wait_traefik_runs(self, ns: str, route: str, pods_per_backend: dict[str, int],
+                           timeout: float) -> dict[str, tuple[int, int]]:
+        """Until Traefik has accepted the route's current generation and runs its weights with
+        ``pods_per_backend`` pods (a backend Traefik does not run counts as 0 pods)."""
+        def check() -> dict[str, tuple[int, int]] | None:
+            r = self.route(ns, route)
+            gen = int(r["metadata"]["generation"])
+            accepted = any(c.get("type") == "Accepted" and c.get("status") == "True"
+                           and c.get("observedGeneration") == gen
+                           for p in (r.get("status") or {}).get("parents") or []
+                           if p.get("controllerName") == TRAEFIK_CONTROLLER
+                           for c in p.get("conditions") or [])
+            if not accepted:
+                return None
+            running = self.traefik_backends(ns, route)
+            weights = {b["name"]: int(b.get("weight", 1)) for rule in r["spec"]["rules"]
+                       for b in rule.get("backendRefs") or []}
+            for name, pods in pods_per_backend.items():
+                weight, servers = running.get(name, (weights.get(name), 0))
+                if servers != pods or weight != weights.get(name):
+                    return None
+            return running
+        return wait_for(check, timeout, f"Traefik to run {ns}/{route} {pods_per_backend}",
+                        interval=0.2)
 
     def prom(self, query: str) -> list[dict[str, Any]]:
         r = httpx.get(f"{self.prometheus_url}/api/v1/query", params={"query": query},

@@ -96,7 +96,7 @@ def read_env_file(path: Path) -> dict[str, str]:
 def sandbox_env() -> dict[str, str]:
     """``.sandbox/env`` overlaid with the process environment (the environment wins)."""
     env = read_env_file(state_dir() / "env")
-    for key in ("KUBECONFIG", "PROMETHEUS_URL", "GATEWAY_URL", "IR_CACHE"):
+    for key in ("KUBECONFIG", "PROMETHEUS_URL", "GATEWAY_URL", "NGINX_GATEWAY_URL", "IR_CACHE"):
         if os.environ.get(key):
             env[key] = os.environ[key]
     return env

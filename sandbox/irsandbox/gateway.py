@@ -61,7 +61,7 @@ def now_rfc3339() -> str:
 
 
 def default_listen() -> str:
-    url = sandbox_env().get("GATEWAY_URL")
+    url = sandbox_env().get("NGINX_GATEWAY_URL")
     if url:
         u = urlparse(url)
         return f"{u.hostname or '127.0.0.1'}:{u.port or DEFAULT_GATEWAY_PORT}"

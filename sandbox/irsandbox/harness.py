@@ -26,8 +26,8 @@ from .manifests import SIM_MODEL
 class OperatorProcess:
     """The operator as a real process (``inference-rollout operator``), killable at will.
     ``namespaces`` (kopf globs) scopes it; without them it watches every namespace.  With
-    ``service_proxy`` it reaches Services through the sandbox gateway (there is no cluster DNS
-    here), as the evaluation gate needs."""
+    ``service_proxy`` it reaches Services through the nginx translator's forward proxy (there is
+    no cluster DNS here), as the evaluation gate needs."""
 
     def __init__(self, env: dict[str, str], log_name: str = "operator",
                  namespaces: list[str] | None = None, metrics_port: int = 18481,
@@ -47,9 +47,10 @@ class OperatorProcess:
         cmd = [sys.executable, "-m", "inference_rollout", "operator", *scope,
                "--log-format", "json", "--metrics-port", str(self.metrics_port),
                "--liveness-port", str(self.liveness_port)]
-        if self.service_proxy and self.env.get("GATEWAY_URL"):
-            # the gateway forwards <svc>.<ns>.svc to the Service's pods
-            cmd += ["--service-proxy", self.env["GATEWAY_URL"]]
+        if self.service_proxy and self.env.get("NGINX_GATEWAY_URL"):
+            # the nginx translator forwards <svc>.<ns>.svc to the Service's pods (the sandbox has
+            # no cluster DNS; Traefik, the sandbox's gateway, is no forward proxy)
+            cmd += ["--service-proxy", self.env["NGINX_GATEWAY_URL"]]
         return [*cmd, *self.extra_args]
 
     def process_env(self) -> dict[str, str]:

@@ -5,11 +5,12 @@
 
 Open loop: request i starts at ``i / rate`` seconds (``--concurrency`` caps the requests in
 flight; a request that had to wait for a slot counts as "late"). Each response is attributed to
-the pod that served it through the gateway's ``X-Backend-Pod`` / ``X-Backend-Revision`` headers,
-else the pod's own ``X-Serving-*`` headers (set by its shim: a gateway such as Traefik adds none),
-else ``X-Upstream-Addr`` looked up in the bridge's endpoint map. The report gives
-per-pod and per-revision counts, errors by kind, TTFT and inter-token latency (streaming) and
-end-to-end latency, as a short summary or as JSON (``--json``).
+the pod that served it through the pod's own ``X-Serving-Pod`` / ``X-Serving-Revision`` headers
+(set by its shim, whatever gateway carried the request), else the nginx translator's
+``X-Backend-*`` (InferencePool routes), else ``X-Upstream-Addr`` looked up in the bridge's
+endpoint map. The report gives per-pod and per-revision counts, errors by kind, TTFT and
+inter-token latency (streaming) and end-to-end latency, as a short summary or as JSON
+(``--json``).
 
 Business check (``--json-check``): the user message is a small JSON object and the system prompt
 asks for exactly that object back (``response_format: json_object``); a response passes if its
@@ -295,8 +296,8 @@ class Attribution:
                              for k, p in (doc.get("pods") or {}).items()}
 
     def __call__(self, headers: httpx.Headers) -> tuple[str, str, str]:
-        # the gateway's view first (the nginx translator's X-Backend-*), then the pod's own
-        # (the shim's X-Serving-*, whatever gateway carried the request, e.g. Traefik)
+        # the nginx translator's view first (its X-Backend-*), then the pod's own (the shim's
+        # X-Serving-*, whatever gateway carried the request, e.g. Traefik): the two agree
         prefix = "x-backend-" if headers.get("x-backend-pod") else "x-serving-"
         pod = headers.get(prefix + "pod", "")
         if pod:
@@ -401,13 +402,16 @@ async def _one(client: httpx.AsyncClient, url: str, headers: dict[str, str],
                     await resp.aread()
                     result.error = f"http_{resp.status_code}"
                     return
-                last = None
+                last, done = None, False
                 async for line in resp.aiter_lines():
-                    if not line.startswith("data: "):
+                    # after [DONE], read the stream to its end, as the OpenAI SDK does: leaving
+                    # mid-body drops the connection, which the gateway sees as an aborted request
+                    if done or not line.startswith("data: "):
                         continue
                     data = line[6:].strip()
                     if data == "[DONE]":
-                        break
+                        done = True
+                        continue
                     try:
                         chunk = json.loads(data)
                     except ValueError:
@@ -551,7 +555,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     env = sandbox_env()
     parser = argparse.ArgumentParser(prog="python -m irsandbox.loadgen", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--url", default=env.get("GATEWAY_URL") or "http://127.0.0.1:18080",
+    parser.add_argument("--url", default=env.get("GATEWAY_URL") or "http://127.0.0.1:18081",
                         help="gateway base URL (default: GATEWAY_URL from .sandbox/env)")
     parser.add_argument("--host", default=None, help="Host header: selects the HTTPRoute")
     parser.add_argument("--model", required=True, help="model name in the request")

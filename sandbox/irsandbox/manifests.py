@@ -23,6 +23,13 @@ SIM_ANNOTATION = "sim.inference.dev/"
 KWOK_TOLERATION = {"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"}
 HTTP_PORT = [{"name": "http", "containerPort": 8000}]
 
+#: The sandbox's Gateway, served by Traefik (sandbox/up.d/65-traefik.sh); GATEWAY_URL is its
+#: listener. Routes under any other parent are the nginx translator's (NGINX_GATEWAY_URL), which
+#: the sandbox keeps for InferencePool backends only (docs/sandbox.md, "Gateways").
+GATEWAY_PARENT = {"name": "traefik", "namespace": "gateway-system"}
+#: The nginx translator's parent, for routes whose backends are InferencePools.
+NGINX_PARENT = {"name": "sandbox"}
+
 #: Short stages so a whole release takes about a minute; 1s scrapes make 5s windows meaningful.
 FAST_STEPS = [{"weight": 5, "pause": "12s"}, {"weight": 20, "pause": "12s"},
               {"weight": 50, "pause": "12s"}, {"weight": 100}]
@@ -99,7 +106,7 @@ def sandbox_rollout(name: str, *, prometheus: str, version: str = "v1", ttft_ms:
         containers=[container(image=f"vllm/vllm-openai:{version}", gpus=gpus,
                               args=["--model", SIM_MODEL, "--max-num-seqs", "32"])],
         pod={"tolerations": [dict(KWOK_TOLERATION)]},
-        traffic={"gatewayAPI": {"parentRefs": [{"name": "sandbox"}],
+        traffic={"gatewayAPI": {"parentRefs": [dict(GATEWAY_PARENT)],
                                 "hostnames": [f"{name}.test"]}},
         strategy={"steps": steps or FAST_STEPS, "progressDeadline": progress_deadline,
                   "abortScaleDownDelay": "5s", "scaleDownDelay": "5s"},
@@ -179,10 +186,11 @@ def service(name: str, rollout: str, revision: str) -> dict[str, Any]:
 
 
 def httproute(name: str, backends: list[tuple[str, int]], hostnames: list[str] | None = None,
-              kind: str = "Service", parent: str = "sandbox-gateway",
-              parent_namespace: str = "") -> dict[str, Any]:
+              kind: str = "Service", parent: str = GATEWAY_PARENT["name"],
+              parent_namespace: str = GATEWAY_PARENT["namespace"]) -> dict[str, Any]:
     """An HTTPRoute with one rule, its backends by name and weight (Services on port 8000, or
-    InferencePools), under Gateway ``parent`` (in ``parent_namespace``, default the route's)."""
+    InferencePools), under Gateway ``parent`` (in ``parent_namespace``; empty: the route's);
+    by default the sandbox's Gateway, which Traefik serves."""
     refs = []
     for svc, weight in backends:
         ref: dict[str, Any] = {"name": svc, "weight": weight}

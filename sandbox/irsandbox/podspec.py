@@ -56,23 +56,6 @@ def sanitize_label_name(name: str) -> str:
     return out
 
 
-def target_labels(namespace: str, pod: str, pod_labels: dict[str, str] | None,
-                  container: str = "vllm") -> dict[str, str]:
-    """Prometheus target labels for a pod: its labels (sanitised), then ``namespace``, ``pod`` and
-    ``container`` (which win over a pod label of the same sanitised name). Reserved names
-    (``__*``, ``job``, ``instance``) are not taken from pod labels."""
-    labels: dict[str, str] = {}
-    for key, value in sorted((pod_labels or {}).items()):
-        name = sanitize_label_name(key)
-        if name.startswith("__") or name in ("job", "instance"):
-            continue
-        labels[name] = str(value)
-    labels["namespace"] = namespace
-    labels["pod"] = pod
-    labels["container"] = container
-    return labels
-
-
 # --- vLLM container and args -----------------------------------------------------------------
 
 

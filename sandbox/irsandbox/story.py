@@ -143,8 +143,7 @@ class Given:
     def user_route(self, name: str, hostname: str,
                    backends: list[tuple[str, int]] | None = None) -> None:
         """An HTTPRoute the user owns (the rollout's ``httpRouteRef`` mode)."""
-        self.story.cluster.create(self.story.ns, httproute(name, backends or [], [hostname],
-                                                           parent="sandbox"))
+        self.story.cluster.create(self.story.ns, httproute(name, backends or [], [hostname]))
 
 
 class When:

@@ -68,15 +68,6 @@ def test_sanitize_label_name(key, expected):
     assert podspec.sanitize_label_name(key) == expected
 
 
-def test_target_labels_pod_identity_wins_and_reserved_skipped():
-    labels = podspec.target_labels("serving", "p1", {
-        "app": "chat", "pod": "spoof", "namespace": "spoof", "job": "x", "__meta": "y",
-        "rollouts.inference.dev/revision": "7d1a",
-    })
-    assert labels == {"app": "chat", "namespace": "serving", "pod": "p1", "container": "vllm",
-                      "rollouts_inference_dev_revision": "7d1a"}
-
-
 def test_behaviour_from_annotations():
     b = podspec.behaviour_of({
         podspec.ANN_TTFT_MS: "250", podspec.ANN_ITL_MS: "12.5", podspec.ANN_FAILURE_RATE: "0.4",

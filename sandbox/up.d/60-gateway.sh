@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# up.d hook: start the gateway controller (python -m irsandbox.gateway), which renders nginx config
-# from HTTPRoutes and runs nginx on GATEWAY_URL (127.0.0.1:18080). See docs/sandbox-bridge.md.
-# Routes whose only parent is Traefik's Gateway (gateway-system/traefik, up.d/65-traefik.sh) are
-# Traefik's: the translator neither serves them nor writes their status.
+# up.d hook: start the nginx translator (python -m irsandbox.gateway), which renders nginx config
+# from HTTPRoutes and runs nginx on NGINX_GATEWAY_URL (127.0.0.1:18080): the sandbox keeps it for
+# InferencePool backends and as the tests' service proxy; Traefik (up.d/65-traefik.sh) is the
+# sandbox's gateway (GATEWAY_URL). See docs/sandbox-bridge.md. Routes whose only parent is
+# Traefik's Gateway (gateway-system/traefik) are Traefik's: the translator neither serves them
+# nor writes their status.
 # Idempotent: a running controller is left alone (it adopts a running nginx after a restart).
 # Logs: .sandbox/logs/gateway.log, nginx-error.log, nginx-access.log;
 # PIDs: .sandbox/pids/gateway.pid (controller), .sandbox/pids/nginx.pid (nginx master).

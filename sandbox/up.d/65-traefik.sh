@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # up.d hook: start Traefik, a conformant Gateway API implementation, with its Kubernetes Gateway
 # provider against the sandbox API server (client certificate CN=traefik, sandbox/traefik/rbac.yaml),
-# its HTTP entry point on TRAEFIK_URL (127.0.0.1:18081) and its metrics and ping on
+# its HTTP entry point on GATEWAY_URL = TRAEFIK_URL (127.0.0.1:18081) and its metrics and ping on
 # 127.0.0.1:18082; then the GatewayClass `traefik` and the Gateway gateway-system/traefik, and wait
 # until Traefik has accepted and programmed it. Routes through it reach pods on their own IPs
 # (docs/sandbox.md, "Traefik" and "Pods with addresses").
@@ -12,7 +12,7 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 
 kubectl_() { "$(cached_bin kubectl "${KUBERNETES_VERSION}")" --kubeconfig "${IR_STATE}/kubeconfig" "$@"; }
-traefik="$(cached_bin traefik "${TRAEFIK_VERSION}")"
+traefik="$(cached_bin "${TRAEFIK_BIN_NAME}" "${TRAEFIK_VERSION}")"
 [[ -x "${traefik}" ]] || die "traefik not built: ${traefik} (bash sandbox/build.sh traefik)"
 
 if pid="$(sandbox_pid "${IR_PIDS}/traefik.pid")"; then
@@ -34,7 +34,7 @@ else
     --providers.kubernetesgateway=true \
     --providers.kubernetesgateway.statusAddress.ip="${IR_HOST}" \
     --providers.kubernetesgateway.throttleDuration=0s \
-    --log.level=INFO
+    --log.level="${IR_TRAEFIK_LOG_LEVEL:-INFO}"
   wait_for "traefik ping on ${IR_HOST}:${TRAEFIK_METRICS_PORT}" 60 "${IR_LOGS}/traefik.log" \
     curl -sf --max-time 1 "http://${IR_HOST}:${TRAEFIK_METRICS_PORT}/ping"
 fi

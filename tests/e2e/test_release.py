@@ -1,16 +1,22 @@
 """Gray releases end to end on the sandbox: real API server, real Prometheus scraping vLLM
-simulators, real nginx carrying traffic by the HTTPRoute's weights, the operator as a process.
+simulators, Traefik (a conformant Gateway API implementation) carrying traffic by the HTTPRoute's
+weights to pods on their own addresses, the operator as a process. Each weight counts as applied
+only once Traefik has accepted that generation of the route.
 
 Each test reads as Given / When / Then.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
+from irsandbox.cluster import Cluster
 from irsandbox.common import wait_for
+from irsandbox.harness import OperatorProcess
+from irsandbox.manifests import NGINX_PARENT
 from irsandbox.story import Given, Story, Then, When
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
@@ -24,9 +30,11 @@ def test_release_promoted_through_every_step(given: Given, when: When, then: The
     # When the template changes to v2
     when.template_changes(version="v2")
     v2 = then.canary()
-    # Then traffic through nginx follows each step's weight (a moment after the API server
+    # Then traffic through Traefik follows each step's weight (a moment after the API server
     # holds it)
     then.each_step_carried(v1, v2, (5, 20, 50))
+    parents = story.cluster.route(story.ns, "chat")["status"]["parents"]
+    assert [p["controllerName"] for p in parents] == ["traefik.io/gateway-controller"]
     # and the release ends promoted: v2 stable, all traffic on it, v1 scaled away
     st = then.healthy(revision=v2, timeout=90)
     assert st["analysis"]["errors"]["verdict"] == "Pass"
@@ -131,12 +139,41 @@ def test_deletion_mid_release_returns_traffic_to_stable(
     assert shares.failed == 0 and shares.share(v1) == 1.0, shares.summary()
 
 
-def test_inference_pool_backends_are_created_routed_and_removed(
-        given: Given, when: When, then: Then, story: Story) -> None:
-    # Given a rollout whose revisions are InferencePools (the sandbox's nginx balances a pool's
-    # Ready pods itself, as a gateway without an endpoint picker would)
+def test_gateway_error_rate_rolls_a_failing_canary_back(given: Given, when: When,
+                                                        then: Then) -> None:
+    # Given a rollout judged by the gateway's counters (Traefik's), not the engine's
+    metrics = [{"name": "gateway-errors", "template": "gateway-error-rate",
+                "gateway": "traefik", "max": 0.01}]
+    v1 = given.rollout(manifest=given.manifest("gwerr", metrics=metrics))
+    given.load()
+    # When v2 fails 30 % of its requests
+    when.template_changes(failure_rate=30)
+    # Then Traefik's 5xx for the canary's Service roll it back
+    st = then.rolled_back(v1, "AnalysisFailed")
+    assert st["analysis"]["gateway-errors"]["verdict"] == "Fail"
+    assert st["analysis"]["gateway-errors"]["value"] > 0.01
+
+
+@pytest.fixture()
+def pool_story(cluster: Cluster, operator_process: OperatorProcess,
+               namespace: str) -> Iterator[Story]:
+    """A story whose load goes through the nginx translator: Traefik has no InferencePool
+    backends (docs/sandbox.md, "Gateways")."""
+    via = Cluster({**cluster.env, "GATEWAY_URL": cluster.env["NGINX_GATEWAY_URL"]})
+    s = Story(via, operator_process, namespace)
+    yield s
+    s.close()
+    via.close()
+
+
+def test_inference_pool_backends_are_created_routed_and_removed(pool_story: Story) -> None:
+    story = pool_story
+    given, when, then = story.given, story.when, story.then
+    # Given a rollout whose revisions are InferencePools under the nginx translator's Gateway
+    # (it balances a pool's Ready pods itself, as a gateway without an endpoint picker would)
     manifest = given.manifest("pool", steps=[{"weight": 50, "pause": "15s"}, {"weight": 100}])
     manifest["spec"]["traffic"]["gatewayAPI"]["backendKind"] = "InferencePool"
+    manifest["spec"]["traffic"]["gatewayAPI"]["parentRefs"] = [dict(NGINX_PARENT)]
     v1 = given.rollout(manifest=manifest)
     assert _pool(story, f"pool-{v1}")["spec"]["selector"]["matchLabels"] == {
         "rollouts.inference.dev/rollout": "pool", "rollouts.inference.dev/revision": v1}

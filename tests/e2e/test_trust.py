@@ -11,7 +11,7 @@ import pytest
 from irsandbox.cluster import Cluster
 from irsandbox.common import wait_for
 from irsandbox.harness import BackgroundLoad, OperatorProcess
-from irsandbox.manifests import sandbox_rollout, with_template
+from irsandbox.manifests import GATEWAY_PARENT, sandbox_rollout, with_template
 from irsandbox.story import Release
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
@@ -22,7 +22,7 @@ def _user_route(cluster: Cluster, namespace: str, name: str) -> None:
         "gateway.networking.k8s.io", "v1", namespace, "httproutes",
         {"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
          "metadata": {"name": name},
-         "spec": {"parentRefs": [{"name": "sandbox"}], "hostnames": [f"{name}.{namespace}.test"],
+         "spec": {"parentRefs": [dict(GATEWAY_PARENT)], "hostnames": [f"{name}.{namespace}.test"],
                   "rules": [{"backendRefs": []}]}})
 
 

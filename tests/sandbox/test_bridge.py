@@ -210,15 +210,18 @@ def test_deleting_the_pod_stops_its_simulator_and_target(kit, namespace):
     state = read_json(kit.state / "bridge" / "state.json", {})
     pid = next(b["sim_pid"] for b in state["backends"].values() if b["name"] == name)
     assert "llm-d-inference-sim" in pid_cmdline(pid)
-    target = kit.state / "prometheus" / "targets" / f"{namespace}_{name}.json"
-    assert target.exists()
+    # Prometheus discovered the pod from the API server and scrapes it on its own address
+    target = f'up{{job="pods",namespace="{namespace}",pod="{name}"}}'
+    wait_for(lambda: kit.prom_value(target) == 1, 30, f"{target} == 1")
+    assert kit.prom(target)[0]["metric"]["instance"] == sim["pod_address"]
 
     client.AppsV1Api(kit.api).patch_namespaced_deployment_scale(
         "chat-gone", namespace, {"spec": {"replicas": 0}}
     )
     wait_for(lambda: key not in kit.endpoints(), 30, "pod out of the endpoint map")
     wait_for(lambda: not pid_cmdline(pid), 15, f"simulator pid {pid} to exit")
-    assert not target.exists()
+    # and forgot it: a deleted pod is no target (the series goes stale)
+    wait_for(lambda: kit.prom(target) == [], 30, f"{target} gone")
     with pytest.raises(httpx.ConnectError):
         httpx.get(f"http://127.0.0.1:{sim['sim_port']}/health", timeout=1)
 

@@ -319,7 +319,7 @@ def test_a_whole_release_runs_under_the_charts_identity(
     assert not refused, f"analysis errors from refused requests: {sorted(set(refused))}"
 
     # Release B: a user-owned route (merge patches), rolled back, then the rollout deleted
-    route = httproute("b-route", [("placeholder", 1)], ["rbac-b.test"], parent="sandbox")
+    route = httproute("b-route", [("placeholder", 1)], ["rbac-b.test"])
     cluster.create(ns, route)
     b = sandbox_rollout(
         "rbac-b",

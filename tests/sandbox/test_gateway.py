@@ -1,4 +1,10 @@
-"""The sandbox gateway: real nginx carries load-generator traffic by the HTTPRoute's weights."""
+"""The sandbox's data plane: Traefik (the sandbox's Gateway API implementation) carries
+load-generator traffic by the HTTPRoute's weights to pods on their own addresses: weight changes
+under streaming load, per-revision latency and business metrics, a backend with no Service; and
+the nginx translator, kept for InferencePool backends, balances a pool's pods.
+
+The weights' exact split at 5/20/50/100 % and Traefik's own status and counters are in
+test_traefik.py."""
 
 from __future__ import annotations
 
@@ -12,7 +18,7 @@ from irsandbox import manifests
 from irsandbox.cluster import Cluster
 from irsandbox.common import wait_for
 from irsandbox.loadgen import BusinessMetrics, MetricsServer, run_load
-from irsandbox.manifests import SIM_ANNOTATION
+from irsandbox.manifests import NGINX_PARENT, SIM_ANNOTATION
 from irsandbox.podspec import LABEL_REVISION
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.timeout(300)]
@@ -51,29 +57,10 @@ def stable_and_canary(
     return host
 
 
-@pytest.mark.parametrize("weights", [(95, 5), (50, 50)], ids=["5-95", "50-50"])
-def test_traffic_follows_route_weights(kit, namespace, weights, record_property):
-    host = stable_and_canary(kit, namespace, weights)
-    report = asyncio.run(
-        run_load(kit.gateway_url, host=host, model="llama", rate=0, requests=2000, concurrency=32)
-    )
-    assert report.requests == 2000 and report.failed == 0, report.errors
-    assert report.unrouted == 0
-    canary = report.share("canary")
-    record_property("canary_share", canary)
-    print(
-        f"weights {weights}: canary {100 * canary:.2f}% of 2000 "
-        f"({report.by_revision}, {report.achieved_rate:.0f} req/s, {report.retried} retried)"
-    )
-    assert abs(canary - weights[1] / 100) <= 0.02
-    # the stable revision's share is spread evenly over its two pods
-    stable_pods = [n for p, n in report.by_pod.items() if "chat-stable" in p]
-    assert len(stable_pods) == 2 and abs(stable_pods[0] - stable_pods[1]) <= 0.02 * 2000
-
-
 def test_weight_changes_drop_no_requests(kit, namespace):
     """Streaming load at 60 req/s while the weights move 90/10 -> 50/50 -> 0/100 -> 100/0:
-    every request succeeds (nginx reloads gracefully), and once the last change is programmed
+    every request succeeds (Traefik swaps its configuration in place), and once the last change
+    is running
     the weight-0 canary gets no new request."""
     host = stable_and_canary(kit, namespace, (90, 10), replicas=(1, 1),
                              stable_ann=sim(itl_ms=5), canary_ann=sim(itl_ms=5))
@@ -109,12 +96,15 @@ def test_weight_changes_drop_no_requests(kit, namespace):
         f"streamed requests, {report.failed} failed, {report.retried} retried, "
         f"{report.by_revision}"
     )
-    # Each reload had requests in flight through it (the test's point), however slow the
+    # Each change had requests in flight through it (the test's point), however slow the
     # machine; a total count floor here failed at load 8 (415 requests at a p50 of 3.5 s).
     for begin, end in changing:
         spanning = [r for r in report.results if r.started < end and r.started + r.latency > begin]
         assert len(spanning) >= 5, (begin, end, len(spanning))
-    assert report.failed == 0, report.errors
+    failures = [(r.error, r.status, r.pod, round(r.started, 3), round(r.latency, 3))
+                for r in report.results if r.error]
+    print(f"failures (error, status, pod, started, latency): {failures}; changes {changing}")
+    assert report.failed == 0, failures
     assert report.unrouted == 0
     last_change = programmed[-1][0]
     late = [r for r in report.results if r.started > last_change + 0.1]
@@ -183,7 +173,7 @@ def test_business_metric_per_revision_reaches_prometheus(kit, namespace):
     assert report.failed == 0
     stable, canary = report.checks["stable"], report.checks["canary"]
     n_canary = canary["pass"] + canary["fail"]
-    # 50/50 (a reload of nginx, for other tests' pods, restarts its round robin: about half)
+    # 50/50 (Traefik's weighted round robin: about half)
     assert abs(n_canary - 200) <= 10
     assert stable["fail"] == 0
     assert canary["fail"] == n_canary * 8 // 100  # exactly 8 %, as the fault proxy counts
@@ -226,16 +216,15 @@ def test_inference_pool_backend(kit, namespace):
     for rev in ("a", "b"):
         kit.create(namespace, manifests.vllm_deployment(f"chat-{rev}", revision=rev))
     kit.create(namespace, manifests.inference_pool("chat-pool", {"app": "chat"}))
-    kit.create(
-        namespace, manifests.httproute("pool", [("chat-pool", 1)], [host], kind="InferencePool")
-    )
+    kit.create(namespace, manifests.httproute("pool", [("chat-pool", 1)], [host],
+                                              kind="InferencePool", parent=NGINX_PARENT["name"],
+                                              parent_namespace=""))
     for rev in ("a", "b"):
         kit.wait_serving(namespace, f"{LABEL_REVISION}={rev}", 1)
     kit.wait_programmed(namespace, "pool", {"chat-pool": 2})
     t0 = time.monotonic()
-    report = asyncio.run(
-        run_load(kit.gateway_url, host=host, model="llama", rate=0, requests=200, concurrency=8)
-    )
+    report = asyncio.run(run_load(kit.env["NGINX_GATEWAY_URL"], host=host, model="llama",
+                                  rate=0, requests=200, concurrency=8))
     # Failed once in CI (8 of 200, kinds not recorded) and never in 25 local runs: the failures
     # name their kind, status, pod and instant, so the next one explains itself.
     assert report.failed == 0, [(r.error, r.status, r.pod, round(r.started, 3))

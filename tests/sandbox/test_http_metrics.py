@@ -40,11 +40,11 @@ def test_injected_failures_are_http_5xx_in_prometheus(kit, namespace):
     endpoints = kit.endpoints()
     for pod in pods.values():
         ep = endpoints[f"{namespace}/{pod}"]
-        # traffic and the scrape go to the shim, not to the simulator
+        # traffic and the scrape go to the shim (on the pod's own address), not to the simulator
         assert ep["shim_port"] and ep["port"] == ep["shim_port"] != ep["sim_port"], ep
         sel = f'namespace="{namespace}",pod="{pod}"'
-        up = wait_for(lambda sel=sel: kit.prom(f"up{{{sel}}}"), 30, f"target {sel}")
-        assert up[0]["metric"]["instance"] == ep["address"]
+        up = wait_for(lambda sel=sel: kit.prom(f"up{{{sel}}} == 1"), 30, f"target {sel}")
+        assert up[0]["metric"]["instance"] == ep["pod_address"]
 
     # ~8 s of load so that several 1 s scrapes see the counters rise
     async def load() -> list[LoadReport]:
@@ -90,7 +90,7 @@ def test_injected_failures_are_http_5xx_in_prometheus(kit, namespace):
         ok = f"sum(vllm:request_success_total{{{sel}}})"
         wait_for(lambda ok=ok, pod=pod: kit.prom_value(ok) == seen[(pod, "2xx")], 10, ok)
         assert {r["metric"]["instance"] for r in kit.prom(f"vllm:num_requests_running{{{sel}}}")
-                } == {endpoints[f"{namespace}/{pod}"]["address"]}
+                } == {endpoints[f"{namespace}/{pod}"]["pod_address"]}
 
 
 def test_shim_metrics_page_has_the_simulators_metrics_and_the_http_counters(kit, namespace):

@@ -17,7 +17,6 @@ import signal
 import time
 from typing import Any
 
-import httpx
 import pytest
 
 from inference_rollout.core.types import RouteApplied, RouteRejected
@@ -40,7 +39,8 @@ def traefik(kit: Cluster) -> Cluster:
     """The sandbox, with Traefik and pods on their own addresses; fails naming what is missing."""
     if not (kit.traefik_url and kit.traefik_api_url):
         pytest.fail("no TRAEFIK_URL in .sandbox/env: this sandbox was started before Traefik "
-                    "joined it; run sandbox/up.sh again (docs/sandbox.md#traefik)")
+                    "joined it; run sandbox/up.sh again "
+                    "(docs/sandbox.md#gateways-traefik-and-the-nginx-translator)")
     if not kit.env.get("IR_POD_NETWORK"):
         pytest.fail("IR_POD_NETWORK is empty: up.sh could not route the pod network to lo "
                     "(needs root; see .sandbox/logs/pod-network.log), so Traefik cannot reach "
@@ -72,33 +72,12 @@ def deploy(kit: Cluster, ns: str, weights: tuple[int, int],
     return host
 
 
-def running_weights(kit: Cluster, ns: str) -> dict[str, tuple[int, int]]:
-    """What Traefik runs for route ``chat`` (its API, not the route): backend Service ->
-    (weight, servers that are pod addresses)."""
-    services = httpx.get(f"{kit.traefik_api_url}/api/http/services", timeout=5,
-                         trust_env=False).json()
-    by_name = {s["name"]: s for s in services}
-    prefix = f"httproute-{ns}-chat-gw-{GATEWAY_NS}-{GATEWAY}-ep-web-0-"
-    out: dict[str, tuple[int, int]] = {}
-    for s in services:
-        if not (s["name"].startswith(prefix) and s.get("weighted")):
-            continue
-        for child in s["weighted"]["services"]:
-            backend = child["name"].split(f"-svc-{ns}-", 1)[-1].rsplit("-", 1)[0]
-            lb = (by_name.get(child["name"]) or by_name.get(f"{child['name']}@kubernetesgateway")
-                  or {}).get("loadBalancer") or {}
-            pod_servers = [srv["url"] for srv in lb.get("servers") or []
-                           if srv.get("url", "").startswith("http://10.")]
-            out[backend] = (int(child.get("weight", 1)), len(pod_servers))
-    return out
-
-
 def wait_served(kit: Cluster, ns: str, want: dict[str, tuple[int, int]]) -> None:
     """Until Traefik accepted the route's current generation (the operator's reader says
     RouteApplied) and runs exactly these weights and pod counts."""
     def served() -> bool:
         applied = isinstance(route_acceptance(kit.route(ns, "chat")), RouteApplied)
-        return applied and running_weights(kit, ns) == want
+        return applied and kit.traefik_backends(ns, "chat") == want
     wait_for(served, 30, f"Traefik to run {want} for {ns}/chat", interval=0.2)
 
 
