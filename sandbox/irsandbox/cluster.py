@@ -25,13 +25,14 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from .common import REPO, operator_pythonpath, read_json, sandbox_env, state_dir, wait_for
+from .manifests import GATEWAY_PARENT
 
 CRD_FILE = REPO / "crds" / "rollouts.inference.dev_inferencerollouts.yaml"
 GROUP, VERSION, PLURAL = "rollouts.inference.dev", "v1alpha1", "inferencerollouts"
 HTTPROUTE = ("gateway.networking.k8s.io", "v1", "httproutes")
 INFERENCEPOOL = ("inference.networking.k8s.io", "v1", "inferencepools")
 #: The sandbox's Gateway (namespace, name), which Traefik serves (sandbox/up.d/65-traefik.sh)
-TRAEFIK_GATEWAY = ("gateway-system", "traefik")
+TRAEFIK_GATEWAY = (GATEWAY_PARENT["namespace"], GATEWAY_PARENT["name"])
 TRAEFIK_CONTROLLER = "traefik.io/gateway-controller"
 CONFLICT_RETRIES = 5  # a replace that meets a status write in between is read again
 

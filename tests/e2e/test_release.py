@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from irsandbox.cluster import Cluster
+from irsandbox.cluster import TRAEFIK_CONTROLLER, Cluster
 from irsandbox.common import wait_for
 from irsandbox.harness import OperatorProcess
 from irsandbox.manifests import NGINX_PARENT
@@ -34,7 +34,7 @@ def test_release_promoted_through_every_step(given: Given, when: When, then: The
     # holds it)
     then.each_step_carried(v1, v2, (5, 20, 50))
     parents = story.cluster.route(story.ns, "chat")["status"]["parents"]
-    assert [p["controllerName"] for p in parents] == ["traefik.io/gateway-controller"]
+    assert [p["controllerName"] for p in parents] == [TRAEFIK_CONTROLLER]
     # and the release ends promoted: v2 stable, all traffic on it, v1 scaled away
     st = then.healthy(revision=v2, timeout=90)
     assert st["analysis"]["errors"]["verdict"] == "Pass"

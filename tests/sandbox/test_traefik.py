@@ -24,14 +24,14 @@ from inference_rollout.metrics import gateway_templates
 from inference_rollout.metrics.promql import Revision
 from inference_rollout.traffic.route_status import route_acceptance
 from irsandbox import manifests
-from irsandbox.cluster import Cluster
+from irsandbox.cluster import TRAEFIK_GATEWAY, Cluster
 from irsandbox.common import read_json, wait_for
 from irsandbox.loadgen import LoadReport, run_load
 from irsandbox.podspec import LABEL_REVISION
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.timeout(300)]
 
-GATEWAY_NS, GATEWAY = "gateway-system", "traefik"
+GATEWAY_NS, GATEWAY = TRAEFIK_GATEWAY
 
 
 @pytest.fixture()
@@ -50,8 +50,7 @@ def traefik(kit: Cluster) -> Cluster:
 
 def traefik_route(ns: str, backends: list[tuple[str, int]], host: str,
                   section: str = "") -> dict[str, Any]:
-    route = manifests.httproute("chat", backends, [host], parent=GATEWAY,
-                                parent_namespace=GATEWAY_NS)
+    route = manifests.httproute("chat", backends, [host])  # under the sandbox's Gateway
     if section:
         route["spec"]["parentRefs"][0]["sectionName"] = section
     return route
