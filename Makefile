@@ -3,7 +3,7 @@ SHELL := /bin/bash
 PY ?= .venv/bin/python
 export GOTOOLCHAIN := local
 
-.PHONY: venv test unit lint sandbox-build sandbox-up sandbox-down crd demo bench bench-peers bench-verdicts fuzz failover chaos chaos-sandbox
+.PHONY: venv test unit lint sandbox-build sandbox-up sandbox-down sandbox-status crd demo bench bench-peers bench-verdicts fuzz failover chaos chaos-sandbox
 
 venv: .venv/.installed
 .venv/.installed: pyproject.toml
@@ -32,6 +32,10 @@ sandbox-up: venv sandbox-build
 
 sandbox-down:
 	bash sandbox/down.sh
+
+# What runs and what died (each part's PID and uptime; a dead one's last log lines). Exit 1 if any died.
+sandbox-status: venv
+	PYTHONPATH=sandbox $(PY) -m irsandbox.components
 
 # The README's test command: static checks, unit tests, then the sandbox tiers (hack/test.sh).
 test:

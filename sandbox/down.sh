@@ -8,6 +8,8 @@ set -euo pipefail
 
 # shellcheck source=sandbox/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+# shellcheck source=sandbox/podnet.sh
+source "${IR_SANDBOX_DIR}/podnet.sh"
 
 purge=0
 for arg in "$@"; do
@@ -72,6 +74,14 @@ if ((${#leftover[@]})); then
     if has_marker "${pid}"; then kill -KILL "${pid}" 2>/dev/null || true; fi
   done
 fi
+
+# 4. The pod network (its namespace, veth and route), once nothing listens in it; and the claim on
+#    the machine. Another checkout's namespace is left alone.
+other="$(machine_owner)"
+if [[ -z "${other}" || "${other}" == "${IR_STATE}" ]] || ! sandbox_alive "${other}"; then
+  podnet_down
+fi
+release_machine
 
 if ((purge)); then
   [[ "${IR_STATE}" == */.sandbox || -n "${IR_STATE_PURGE_OK:-}" ]] ||

@@ -27,12 +27,18 @@ METRICS_ADAPTER_PORT="${IR_METRICS_ADAPTER_PORT:-16445}"
 # metrics/ping entry point.
 TRAEFIK_PORT="${IR_TRAEFIK_PORT:-18081}"
 TRAEFIK_METRICS_PORT="${IR_TRAEFIK_METRICS_PORT:-18082}"
-# Pods' IPs (KWOK's cidr, sandbox/kwok/kwok.yaml): up.sh makes the range local to this machine
-# (routed to lo), so a pod's shim listens on <podIP>:<port> and EndpointSlices are reachable.
+# Pods' IPs (KWOK's cidr, sandbox/kwok/kwok.yaml): local inside the sandbox's pod network namespace
+# (sandbox/podnet.sh), reached from the host through the veth IR_POD_VETH; each pod's shim listens
+# on <podIP>:<port> there, so EndpointSlices name addresses that answer.
 IR_POD_CIDR="${IR_POD_CIDR:-10.244.0.0/16}"
+IR_POD_NETNS="${IR_POD_NETNS:-inference-rollout-pods}"
+IR_POD_VETH="${IR_POD_VETH:-irpods0}"
+# One sandbox per machine (its ports, its pod network namespace): the checkout whose sandbox runs
+# here is named in this file (claim_machine).
+IR_MACHINE_OWNER="${IR_MACHINE_OWNER:-/run/inference-rollout/sandbox-owner}"
 export IR_HOST ETCD_CLIENT_PORT ETCD_PEER_PORT APISERVER_PORT CONTROLLER_MANAGER_PORT \
   SCHEDULER_PORT KWOK_PORT PROMETHEUS_PORT GATEWAY_PORT METRICS_ADAPTER_PORT TRAEFIK_PORT \
-  TRAEFIK_METRICS_PORT IR_POD_CIDR
+  TRAEFIK_METRICS_PORT IR_POD_CIDR IR_POD_NETNS IR_POD_VETH IR_MACHINE_OWNER
 
 IR_T0="${IR_T0:-$(date +%s)}"
 export IR_T0
@@ -107,16 +113,50 @@ IR_PIDS="${IR_STATE}/pids"
 IR_LOGS="${IR_STATE}/logs"
 export IR_PIDS IR_LOGS
 
-# sandbox_pid PIDFILE: print the PID if it is alive and carries this sandbox's marker.
+# sandbox_pid PIDFILE [STATE]: print the PID if it is alive and carries the marker of this sandbox
+# (or of the sandbox whose state dir is STATE).
 sandbox_pid() {
-  local pidfile="$1" pid
+  local pidfile="$1" state="${2:-${IR_STATE}}" pid
   [[ -f "${pidfile}" ]] || return 1
   pid="$(head -n 1 "${pidfile}" 2>/dev/null)" || return 1
   [[ "${pid}" =~ ^[0-9]+$ ]] || return 1
   [[ -r "/proc/${pid}/environ" ]] || return 1
   grep -q '^State:[[:space:]]*Z' "/proc/${pid}/status" 2>/dev/null && return 1
-  tr '\0' '\n' 2>/dev/null <"/proc/${pid}/environ" | grep -qxF "IR_SANDBOX_STATE=${IR_STATE}" || return 1
+  tr '\0' '\n' 2>/dev/null <"/proc/${pid}/environ" | grep -qxF "IR_SANDBOX_STATE=${state}" || return 1
   printf '%s\n' "${pid}"
+}
+
+# sandbox_alive STATE: does any process recorded under STATE/pids still run?
+sandbox_alive() {
+  local f
+  for f in "$1"/pids/*.pid; do
+    [[ -e "${f}" ]] && sandbox_pid "${f}" "$1" >/dev/null && return 0
+  done
+  return 1
+}
+
+# machine_owner: the state dir named in IR_MACHINE_OWNER (empty if none).
+machine_owner() {
+  [[ -f "${IR_MACHINE_OWNER}" ]] && sed -n 's/^state=//p' "${IR_MACHINE_OWNER}" | head -n 1
+  return 0
+}
+
+# claim_machine: this checkout's sandbox is the machine's, unless another checkout's runs here; then
+# say whose and stop (its ports, its pod network namespace and its CRDs are that checkout's).
+claim_machine() {
+  local other
+  other="$(machine_owner)"
+  if [[ -n "${other}" && "${other}" != "${IR_STATE}" ]] && sandbox_alive "${other}"; then
+    die "this machine's sandbox belongs to another checkout (state ${other}, named in ${IR_MACHINE_OWNER}); one sandbox runs per machine. Use that checkout, or stop its sandbox first: bash $(dirname "${other}")/sandbox/down.sh"
+  fi
+  mkdir -p "$(dirname "${IR_MACHINE_OWNER}")"
+  printf 'state=%s\nrepo=%s\n' "${IR_STATE}" "${IR_REPO}" >"${IR_MACHINE_OWNER}.tmp"
+  mv "${IR_MACHINE_OWNER}.tmp" "${IR_MACHINE_OWNER}"
+}
+
+# release_machine: forget the claim, if it is this checkout's.
+release_machine() {
+  [[ "$(machine_owner)" != "${IR_STATE}" ]] || rm -f "${IR_MACHINE_OWNER}"
 }
 
 # start_process NAME CMD...: start CMD detached (own session, stdin closed), output appended to

@@ -8,6 +8,8 @@ set -euo pipefail
 
 # shellcheck source=sandbox/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+# shellcheck source=sandbox/podnet.sh
+source "${IR_SANDBOX_DIR}/podnet.sh"
 
 PKI="${IR_STATE}/pki"
 KCFG="${IR_STATE}/kubeconfigs"
@@ -19,14 +21,14 @@ SA_ISSUER=https://kubernetes.default.svc.cluster.local
 
 # --- binaries -------------------------------------------------------------------------------------
 ensure_binaries() {
-  local name version missing=0
+  local name version incomplete=0
   while read -r name version; do
-    [[ -x "$(cached_bin "${name}" "${version}")" ]] || missing=1
+    [[ -x "$(cached_bin "${name}" "${version}")" ]] || incomplete=1
   done < <(sandbox_binaries)
-  [[ -d "${IR_CACHE}/crds/gateway-api-${GATEWAY_API_VERSION}" ]] || missing=1
-  [[ -d "${IR_CACHE}/crds/gateway-api-inference-extension-${GATEWAY_API_INFERENCE_EXTENSION_VERSION}" ]] || missing=1
-  command -v nginx >/dev/null || missing=1
-  if ((missing)); then
+  [[ -d "${IR_CACHE}/crds/gateway-api-${GATEWAY_API_VERSION}" ]] || incomplete=1
+  [[ -d "${IR_CACHE}/crds/gateway-api-inference-extension-${GATEWAY_API_INFERENCE_EXTENSION_VERSION}" ]] || incomplete=1
+  command -v nginx >/dev/null || incomplete=1
+  if ((incomplete)); then
     log build "binaries missing from ${IR_CACHE}; running sandbox/build.sh (the first build takes long)"
     bash "${IR_SANDBOX_DIR}/build.sh"
   fi
@@ -129,20 +131,6 @@ EOF
   mv "${tmp}" "${file}"
 }
 
-# route_pod_network: make KWOK's pod range local (like 127.0.0.0/8), so a process can listen on a
-# pod's IP and connections to it stay on this machine: what a CNI gives a cluster, in one route.
-# Needs CAP_NET_ADMIN (root); without it pods keep loopback ports only and the Traefik tier fails
-# naming this (docs/sandbox.md#pods-with-addresses).
-POD_NETWORK=""
-route_pod_network() {
-  if ip route replace local "${IR_POD_CIDR}" dev lo table local 2>"${IR_LOGS}/pod-network.log"; then
-    POD_NETWORK="${IR_POD_CIDR}"
-    log pods "pod network ${IR_POD_CIDR} routed to lo (pods listen on their own IPs)"
-  else
-    log pods "WARNING: could not route ${IR_POD_CIDR} to lo ($(cat "${IR_LOGS}/pod-network.log")); pods get loopback ports only, Traefik cannot reach them"
-  fi
-}
-
 write_configs() {
   mkdir -p "${KCFG}" "${PROM_DIR}/targets" "${PROM_DIR}/data" "${IR_LOGS}" "${IR_PIDS}"
   # pods' targets files, written by the bridge before Prometheus discovered pods itself
@@ -218,7 +206,9 @@ export IR_AUDIT_LOG=${audit_log}
 export TRAEFIK_URL=http://${IR_HOST}:${TRAEFIK_PORT}
 export IR_TRAEFIK_PORT=${TRAEFIK_PORT}
 export IR_TRAEFIK_METRICS_PORT=${TRAEFIK_METRICS_PORT}
-export IR_POD_NETWORK=${POD_NETWORK}
+export IR_POD_NETWORK=${IR_POD_CIDR}
+export IR_POD_NETNS=${IR_POD_NETNS}
+export IR_POD_VETH=${IR_POD_VETH}
 export PATH=${SBIN}:\${PATH}
 EOF
   mv "${tmp}" "${IR_STATE}/env"
@@ -429,10 +419,11 @@ wait_cluster() {
 main() {
   log up "state ${IR_STATE}, cache ${IR_CACHE}, Kubernetes ${KUBERNETES_VERSION}"
   lock_state
+  claim_machine
   ensure_binaries
   ensure_pki
   mkdir -p "${IR_LOGS}"
-  route_pod_network
+  podnet_up
   write_configs
   start_etcd
   start_apiserver

@@ -19,11 +19,13 @@ as vLLM's ``http_requests_total``/``http_request_duration_seconds`` (appended to
 - Annotation changes on a running pod go to the simulator's ``/admin/config`` (latencies, failure
   injection) or the shim (business-fail-rate).
 - When the pod object is gone: out of the map, SIGTERM after ``--drain-seconds``.
-- **Pods with addresses** (``--pod-network CIDR``, what ``up.sh`` passes as ``IR_POD_NETWORK``):
-  KWOK gives each pod an IP of that range and ``up.sh`` routes the range to the loopback
-  device, so the shim also listens on ``<podIP>:<containerPort>``, the address the pod's
-  EndpointSlice names. A real gateway (Traefik) then reaches pods as in a cluster. The bridge
-  starts a pod's processes once KWOK has written its IP.
+- **Pods with addresses** (``--pod-network CIDR`` and ``--pod-netns NAME``, what ``up.sh`` passes
+  as ``IR_POD_NETWORK`` and ``IR_POD_NETNS``): KWOK gives each pod an IP of that range, which is
+  local inside the sandbox's pod network namespace and reached from the host through a veth
+  pair; the shim also listens on ``<podIP>:<containerPort>`` inside that namespace, the address
+  the pod's EndpointSlice names. A real gateway (Traefik) then reaches pods as in a cluster. The
+  bridge starts a pod's processes once KWOK has written its IP, and has the shim close that
+  listener as soon as the pod object is gone (KWOK reuses the IP at once).
 
     python -m irsandbox.bridge [--kubeconfig PATH] [--state-dir .sandbox]
 
@@ -54,7 +56,7 @@ import httpx
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from . import podspec
+from . import netns, podspec
 from .common import (
     find_sim_binary,
     pid_cmdline,
@@ -91,11 +93,14 @@ def port_free(port: int) -> bool:
     return True
 
 
-def listen_addresses(port: int) -> set[str]:
-    """IPv4 addresses with a TCP socket listening on ``port`` (from /proc/net/tcp)."""
+def listen_addresses(port: int, netns_name: str = "") -> set[str]:
+    """IPv4 addresses with a TCP socket listening on ``port`` (from /proc/net/tcp) in this
+    process's network namespace, or in namespace ``netns_name`` (the pod network's)."""
+    if netns_name:
+        return netns.run_in(netns_name, lambda: listen_addresses(port))
     out: set[str] = set()
     try:
-        with open("/proc/net/tcp") as f:
+        with open("/proc/thread-self/net/tcp") as f:
             next(f)
             for line in f:
                 fields = line.split()
@@ -211,7 +216,7 @@ class Bridge:
     def __init__(self, api: client.ApiClient, state: Path, sim_binary: str,
                  all_nodes: bool = False, drain_seconds: float = 1.0,
                  python: str = sys.executable, loaded_condition: bool = True,
-                 pod_network: str = "") -> None:
+                 pod_network: str = "", pod_netns: str = "") -> None:
         self.api = api
         self.core = client.CoreV1Api(api)
         self.state = state
@@ -221,6 +226,7 @@ class Bridge:
         self.python = python
         self.loaded_condition = loaded_condition
         self.pod_network = ipaddress.ip_network(pod_network) if pod_network else None
+        self.pod_netns = pod_netns
         self._cond_written: dict[str, str] = {}
         self._warned_wildcard = False
         self.dir = state / "bridge"
@@ -366,6 +372,8 @@ class Bridge:
         ]
         if b.pod_ip:
             shim_cmd.append(f"--pod-address={b.pod_ip}:{b.pod_port}")
+            if self.pod_netns:
+                shim_cmd.append(f"--pod-netns={self.pod_netns}")
         shim = self._spawn(b, "shim", shim_cmd)
         b.shim_pid = shim.pid
         log.info("%s: started simulator pid %s on 127.0.0.1:%s, shim on :%s (model %s)", b.key,
@@ -399,6 +407,15 @@ class Bridge:
             return
         log.info("%s: stopping simulator pid %s (%s)", b.key, b.sim_pid, reason)
         b.stopping_at = time.monotonic() + self.drain_seconds
+        self._release_pod_address(b)
+
+    def _release_pod_address(self, b: Backend) -> None:
+        """The pod's IP is free the moment its object is gone: KWOK hands it to the next pod at
+        once (its IP pool's ``Put`` on deletion), whose shim must listen on it while this one
+        still drains. SIGUSR1 makes the shim close that listener only (irsandbox.faultproxy)."""
+        if b.pod_ip and b.shim_pid and self._alive(b, "shim"):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(b.shim_pid, signal.SIGUSR1)
 
     def _progress_stop(self, b: Backend) -> bool:
         """Returns True once the backend's processes are gone."""
@@ -682,9 +699,14 @@ def main(argv: list[str] | None = None) -> None:
                         help="do not write the sim.inference.dev/loaded pod condition")
     parser.add_argument("--pod-network", default=os.environ.get("IR_POD_NETWORK", ""),
                         metavar="CIDR",
-                        help="pods' IPs in this range are local (up.sh routes it to lo): the "
-                             "shim also listens on <podIP>:<containerPort> (default: "
-                             "$IR_POD_NETWORK; empty: loopback ports only)")
+                        help="pods' IPs in this range are reachable (up.sh's pod network "
+                             "namespace): the shim also listens on <podIP>:<containerPort> "
+                             "(default: $IR_POD_NETWORK; empty: loopback ports only)")
+    parser.add_argument("--pod-netns", default=os.environ.get("IR_POD_NETNS", ""),
+                        metavar="NAME",
+                        help="the network namespace where the pod network is local (up.sh makes "
+                             "it): shims listen on pod addresses inside it (default: "
+                             "$IR_POD_NETNS)")
     parser.add_argument("-v", "--verbose", action="store_true")
     args = parser.parse_args(argv)
     setup_logging("bridge", args.verbose)
@@ -693,7 +715,7 @@ def main(argv: list[str] | None = None) -> None:
                     args.sim_binary or find_sim_binary(), all_nodes=args.all_nodes,
                     drain_seconds=args.drain_seconds,
                     loaded_condition=not args.no_loaded_condition,
-                    pod_network=args.pod_network)
+                    pod_network=args.pod_network, pod_netns=args.pod_netns)
     try:
         run_until_signalled(bridge, log)
     finally:

@@ -24,6 +24,7 @@ import yaml
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
+from . import components
 from .common import REPO, operator_pythonpath, read_json, sandbox_env, state_dir, wait_for
 from .manifests import GATEWAY_PARENT
 
@@ -74,6 +75,10 @@ class Cluster:
         if not self.env.get("KUBECONFIG"):
             raise RuntimeError(f"{state_dir() / 'env'} names no KUBECONFIG: start the sandbox "
                                "with `make sandbox-up`")
+        owner = components.foreign_owner(state_dir())
+        if owner is not None and os.environ.get("IR_SHARE_SANDBOX") != "1":
+            raise RuntimeError(components.foreign_owner_message(owner) + " (IR_SHARE_SANDBOX=1 "
+                               "drives it anyway, knowing its CRD will be replaced by yours)")
         self.api = config.new_client_from_config(config_file=self.env["KUBECONFIG"])
         self.core = client.CoreV1Api(self.api)
         self.apps = client.AppsV1Api(self.api)

@@ -28,7 +28,11 @@ go to it, and it forwards everything to the simulator. Two jobs:
 It listens on ``127.0.0.1:<listen-port>`` (the nginx translator's endpoint and, today, the
 Prometheus target) and, with ``--pod-address IP:PORT``, also on the pod's own address: the
 address its EndpointSlice names, which a real gateway such as Traefik sends traffic to
-(docs/sandbox.md, "Pods with addresses").
+(docs/sandbox.md, "Pods with addresses"). With ``--pod-netns NAME`` that listener is made inside
+the sandbox's pod network namespace, the only place the pod range is local (:mod:`irsandbox.netns`).
+SIGUSR1 closes the pod-address listener at once (connections in flight finish): the bridge sends
+it when the pod object is gone, because KWOK hands a deleted pod's IP to the next pod at once, and
+that pod's shim must be able to listen on it while this one still drains.
 
 ``GET /-/shim/config`` shows the rate and counters; ``POST /-/shim/config`` with
 ``{"business-fail-rate": 10}`` changes it (the bridge does that when the annotation changes).
@@ -50,6 +54,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from . import netns
 from .httpmetrics import HttpMetrics, handler_of, merge
 
 PREFIX = "Sure! Here is the JSON you asked for:\n"
@@ -265,16 +270,34 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--revision", default="", help="for the X-Serving-Revision header")
     parser.add_argument("--pod-address", default="", metavar="IP:PORT",
                         help="also listen on the pod's own address (its EndpointSlice's)")
+    parser.add_argument("--pod-netns", default="", metavar="NAME",
+                        help="make the --pod-address listener inside this network namespace "
+                             "(the sandbox's pod network, IR_POD_NETNS)")
     args = parser.parse_args(argv)
     proxy = FaultProxy(f"http://127.0.0.1:{args.upstream_port}", args.rate, args.pod,
                        args.rollout, args.revision)
     app = web.Application(client_max_size=64 * 1024 * 1024)
     add_routes(app, proxy)
-    sockets = [listen_socket("127.0.0.1", args.listen_port)]
+    loopback = listen_socket("127.0.0.1", args.listen_port)
+    pod = None
     if args.pod_address:
         host, _, port = args.pod_address.rpartition(":")
-        sockets.append(listen_socket(host, int(port), patience=POD_ADDRESS_PATIENCE))
-    asyncio.run(serve(app, sockets))
+        pod = pod_listener(host, int(port), args.pod_netns)
+    asyncio.run(serve(app, loopback, pod))
+
+
+def pod_listener(host: str, port: int, netns_name: str) -> socket.socket:
+    """The listener on the pod's own address, inside the pod network namespace when one is
+    named (the host's namespace has no address of the pod range)."""
+    def make() -> socket.socket:
+        return listen_socket(host, port, patience=POD_ADDRESS_PATIENCE)
+    if not netns_name:
+        return make()
+    try:
+        return netns.run_in(netns_name, make)
+    except OSError as e:
+        raise SystemExit(f"faultproxy: cannot enter network namespace {netns_name!r} for "
+                         f"{host}:{port}: {e} (is the sandbox up? `ip netns list`)") from e
 
 
 def listen_socket(host: str, port: int, patience: float = 0.0) -> socket.socket:
@@ -299,15 +322,25 @@ def listen_socket(host: str, port: int, patience: float = 0.0) -> socket.socket:
     return sock
 
 
-async def serve(app: web.Application, sockets: list[socket.socket]) -> None:
-    """Serve ``app`` on every socket until SIGTERM or SIGINT, then shut down gracefully (what
-    ``web.run_app`` does for one address)."""
+async def serve(app: web.Application, loopback: socket.socket,
+                pod: socket.socket | None) -> None:
+    """Serve ``app`` on both sockets until SIGTERM or SIGINT, then shut down gracefully (what
+    ``web.run_app`` does for one address). SIGUSR1 closes the pod-address listener only."""
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
-    for sock in sockets:
-        await web.SockSite(runner, sock).start()
-    stop = asyncio.Event()
+    await web.SockSite(runner, loopback).start()
     loop = asyncio.get_running_loop()
+    if pod is not None:
+        pod_site = web.SockSite(runner, pod)
+        await pod_site.start()
+
+        released: list[asyncio.Task[None]] = []
+
+        def release() -> None:
+            loop.remove_signal_handler(signal.SIGUSR1)
+            released.append(loop.create_task(pod_site.stop()))
+        loop.add_signal_handler(signal.SIGUSR1, release)
+    stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()

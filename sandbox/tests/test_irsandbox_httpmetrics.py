@@ -272,7 +272,7 @@ def _free_port(host: str) -> int:
 
 def test_shim_process_serves_on_its_pod_address_and_names_the_pod_that_answered():
     """The shim as the bridge starts it: on loopback and on the pod's own address (127.0.0.2
-    stands in for a pod IP: Linux routes all of 127/8 to lo, as up.sh routes the pod network),
+    stands in for a pod IP: all of 127/8 is local, as the pod range is in the pod namespace),
     every forwarded answer naming pod, rollout and revision; the load generator attributes by
     them when no gateway header is there; SIGTERM ends it cleanly."""
     async def main() -> tuple[list[dict[str, str]], loadgen.LoadReport, int]:

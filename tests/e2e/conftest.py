@@ -18,6 +18,7 @@ import pytest
 from irsandbox.cluster import Cluster
 from irsandbox.common import free_port
 from irsandbox.harness import OperatorProcess
+from irsandbox.pytest_sandbox import pytest_runtest_makereport, sandbox_parts_alive  # noqa: F401
 from irsandbox.story import Given, Story, Then, When
 
 

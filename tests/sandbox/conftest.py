@@ -21,6 +21,7 @@ from kubernetes import client
 
 from irsandbox.cluster import Cluster, api_answers, ignore_status
 from irsandbox.common import REPO, sandbox_env, wait_for
+from irsandbox.pytest_sandbox import pytest_runtest_makereport, sandbox_parts_alive  # noqa: F401
 
 UP_TIMEOUT = float(os.environ.get("IR_SANDBOX_UP_TIMEOUT", "3600"))  # a cold build is long
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import subprocess
 import time
 
 import httpx
@@ -235,13 +236,30 @@ def test_simulators_listen_on_loopback_only(kit, namespace):
     assert listen_addresses(ep["sim_port"]) == {"127.0.0.1"}, ep
     shim = int(ep["address"].rsplit(":", 1)[1])
     assert listen_addresses(shim) == {"127.0.0.1"}, ep
-    # and on the pod's own address, inside the pod network that up.sh routes to lo (so it is
-    # no more reachable from outside the machine than 127.0.0.1): never a wildcard
-    network = kit.env.get("IR_POD_NETWORK")
-    if network:
-        ip, port = ep["pod_address"].rsplit(":", 1)
-        addrs = listen_addresses(int(port))
-        assert ip in addrs, (ep, addrs)
-        assert all(ipaddress.ip_address(a) in ipaddress.ip_network(network) for a in addrs), addrs
-    else:
-        assert ep["pod_address"] is None, ep
+    # and on the pod's own address, inside the sandbox's pod network namespace only (up.sh's):
+    # never a wildcard, and nothing of the pod range listens in the host's namespace
+    network, ns = kit.env.get("IR_POD_NETWORK"), kit.env.get("IR_POD_NETNS")
+    assert network and ns, "no pod network in .sandbox/env: restart the sandbox (sandbox/up.sh)"
+    ip, port = ep["pod_address"].rsplit(":", 1)
+    addrs = listen_addresses(int(port), ns)
+    assert ip in addrs, (ep, addrs)
+    assert all(ipaddress.ip_address(a) in ipaddress.ip_network(network) for a in addrs), addrs
+    assert ip not in listen_addresses(int(port)), "the pod's listener is in the host namespace"
+
+
+def test_pods_answer_from_the_host_through_the_pod_networks_veth(kit, namespace):
+    """docs/sandbox.md#pods-with-addresses: the pod range is local in the sandbox's namespace
+    only; the host reaches it through the veth, and holds no route of it on its lo."""
+    ns, veth = kit.env["IR_POD_NETNS"], kit.env.get("IR_POD_VETH", "irpods0")
+    netns_list = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert ns in netns_list.split(), netns_list
+    local = subprocess.run(["ip", "route", "show", "table", "local"], capture_output=True,
+                           text=True, check=True).stdout
+    assert "10.244." not in local, local
+    route = subprocess.run(["ip", "route", "get", "10.244.0.9"], capture_output=True, text=True,
+                           check=True).stdout
+    assert f"dev {veth}" in route, route
+    kit.create(namespace, manifests.vllm_deployment("chat-net", revision="net"))
+    (key,) = kit.wait_serving(namespace, f"{LABEL_REVISION}=net", 1)
+    r = httpx.get(f"http://{kit.endpoints()[key]['pod_address']}/health", timeout=5)
+    assert r.status_code == 200, r.text

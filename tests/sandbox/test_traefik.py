@@ -42,9 +42,9 @@ def traefik(kit: Cluster) -> Cluster:
                     "joined it; run sandbox/up.sh again "
                     "(docs/sandbox.md#gateways-traefik-and-the-nginx-translator)")
     if not kit.env.get("IR_POD_NETWORK"):
-        pytest.fail("IR_POD_NETWORK is empty: up.sh could not route the pod network to lo "
-                    "(needs root; see .sandbox/logs/pod-network.log), so Traefik cannot reach "
-                    "pods (docs/sandbox.md#pods-with-addresses)")
+        pytest.fail("IR_POD_NETWORK is empty: this sandbox was started before its pod network "
+                    "namespace existed; restart it (sandbox/down.sh && sandbox/up.sh), so "
+                    "Traefik can reach pods (docs/sandbox.md#pods-with-addresses)")
     return kit
 
 
