@@ -37,8 +37,8 @@ from kopf._cogs.structs.references import (
     select_specific_namespaces,
 )
 
-from .api import GROUP, PLURAL, VERSION
-from .kube import Kube, KubeError, ns_path, rollout_path
+from .kube import Kube, KubeError
+from .paths import cluster_path, rollout_path
 
 log = logging.getLogger("inference_rollout")
 
@@ -74,7 +74,7 @@ async def sweep(kube: Kube, namespaces: set[str], finalizer: str, cleanup: Clean
     released = []
     for ns in sorted(namespaces):
         try:  # metadata only: a sweep of 500 healthy rollouts should not move their statuses
-            listed = await kube.list_metadata(ns_path(GROUP, VERSION, ns, PLURAL))
+            listed = await kube.list_metadata(rollout_path(ns))
         except KubeError as e:
             if e.status == 404:
                 namespaces.discard(ns)  # the namespace is gone
@@ -115,7 +115,7 @@ async def deleted_in_scope(kube: Kube, patterns: tuple[str, ...]) -> set[str]:
     as given (no API call), and, when a pattern is a glob, those being deleted now."""
     found: set[str] = set(select_specific_namespaces(patterns))
     if len(found) < len(patterns):
-        listed = await kube.list_metadata("/api/v1/namespaces")
+        listed = await kube.list_metadata(cluster_path("", "v1", "namespaces"))
         found |= {item["metadata"]["name"] for item in listed.get("items") or []
                   if item["metadata"].get("deletionTimestamp")
                   and in_scope(item["metadata"]["name"], patterns)}

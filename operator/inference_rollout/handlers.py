@@ -29,8 +29,9 @@ from . import deletion_watchdog, operator_metrics
 from .api import GROUP, LABEL_ROLLOUT, PLURAL, VERSION
 from .core import wakeups
 from .core.types import RecordEvent
-from .kube import Kube, load_configuration, rollout_path
+from .kube import Kube, load_configuration
 from .notify.delivery import Notifier, Settings
+from .paths import rollout_path
 from .reconciler import EXPECTED_ERRORS, Deps, fail_safe, reconcile, release_before_deletion
 
 log = logging.getLogger("inference_rollout")

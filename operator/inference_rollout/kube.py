@@ -19,7 +19,7 @@ import httpx
 from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 
-from .api import GROUP, PLURAL, VERSION
+from .paths import ApiPath
 
 FIELD_MANAGER = "inference-rollout"
 #: Accept header for a LIST answered with metadata only (server-side; JSON as the fallback).
@@ -93,7 +93,7 @@ class Kube:
             token = "Bearer " + token
         return {"Authorization": token} if token else {}
 
-    async def request(self, method: str, path: str, body: Any = None,
+    async def request(self, method: str, path: ApiPath, body: Any = None,
                       content_type: str = "application/json",
                       params: dict[str, str] | None = None,
                       accept: str | None = None) -> dict[str, Any]:
@@ -115,15 +115,15 @@ class Kube:
         out: dict[str, Any] = resp.json() if resp.content else {}
         return out
 
-    async def get(self, path: str, params: dict[str, str] | None = None) -> dict[str, Any]:
+    async def get(self, path: ApiPath, params: dict[str, str] | None = None) -> dict[str, Any]:
         return await self.request("GET", path, params=params)
 
-    async def list_metadata(self, path: str) -> dict[str, Any]:
+    async def list_metadata(self, path: ApiPath) -> dict[str, Any]:
         """A LIST of only the objects' metadata (PartialObjectMetadataList): a fraction of the
         bytes when only names, finalizers or deletion marks matter."""
         return await self.request("GET", path, accept=METADATA_LIST)
 
-    async def get_or_none(self, path: str) -> dict[str, Any] | None:
+    async def get_or_none(self, path: ApiPath) -> dict[str, Any] | None:
         try:
             return await self.get(path)
         except KubeError as e:
@@ -131,19 +131,19 @@ class Kube:
                 return None
             raise
 
-    async def create(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    async def create(self, path: ApiPath, body: dict[str, Any]) -> dict[str, Any]:
         return await self.request("POST", path, body, params={"fieldManager": FIELD_MANAGER})
 
-    async def merge_patch(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    async def merge_patch(self, path: ApiPath, body: dict[str, Any]) -> dict[str, Any]:
         return await self.request("PATCH", path, body, "application/merge-patch+json",
                                   params={"fieldManager": FIELD_MANAGER})
 
-    async def apply(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    async def apply(self, path: ApiPath, body: dict[str, Any]) -> dict[str, Any]:
         """Server-side apply with the operator's field manager (force: it owns these fields)."""
         return await self.request("PATCH", path, body, "application/apply-patch+yaml",
                                   params={"fieldManager": FIELD_MANAGER, "force": "true"})
 
-    async def delete(self, path: str) -> None:
+    async def delete(self, path: ApiPath) -> None:
         try:
             await self.request("DELETE", path, {"propagationPolicy": "Background"})
         except KubeError as e:
@@ -152,15 +152,3 @@ class Kube:
 
     async def close(self) -> None:
         await self.http.aclose()
-
-
-def ns_path(group: str, version: str, namespace: str, plural: str, name: str = "") -> str:
-    """``/api/v1/namespaces/ns/services/x`` or ``/apis/g/v/namespaces/ns/plural/x``."""
-    base = f"/api/{version}" if not group else f"/apis/{group}/{version}"
-    path = f"{base}/namespaces/{namespace}/{plural}"
-    return f"{path}/{name}" if name else path
-
-
-def rollout_path(namespace: str, name: str) -> str:
-    """The path of one InferenceRollout (the operator, the CLI and the watchdog all use it)."""
-    return ns_path(GROUP, VERSION, namespace, PLURAL, name)

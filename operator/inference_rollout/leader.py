@@ -39,7 +39,8 @@ from typing import Any
 
 from aiohttp import web
 
-from .kube import Kube, KubeError, ns_path
+from .kube import Kube, KubeError
+from .paths import ns_path
 
 log = logging.getLogger("inference_rollout.leader")
 

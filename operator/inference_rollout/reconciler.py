@@ -53,11 +53,12 @@ from .core.types import (
 )
 from .evaluation.cases import CasesError, parse_cases
 from .evaluation.runner import run_evaluation, served_model, service_url
-from .kube import Kube, KubeError, ns_path, rollout_path
+from .kube import Kube, KubeError
 from .metrics.measure import measure
 from .metrics.source import BEARER_TOKEN, MetricSource, PrometheusSource, Unreachable
 from .metrics.tenancy import FailingSource, NamespaceConfined, address_allowed, refused
 from .notify.delivery import Notifier
+from .paths import ns_path, rollout_path
 from .traffic.gateway import HTTPRouteRouter
 from .traffic.router import RouteError, RouteMissing, RouteState
 from .workloads.revisions import RevisionError, Revisions
@@ -464,7 +465,7 @@ async def fenced(deps: Deps, body: dict[str, Any],
                      path, current["metadata"].get("resourceVersion"),
                      fresh["metadata"].get("resourceVersion"))
             current = fresh
-    raise KubeError(409, "PATCH", path + "/status",
+    raise KubeError(409, "PATCH", path.sub("status"),
                     f"status write still conflicting after {STATUS_WRITE_ATTEMPTS} decisions")
 
 
@@ -481,7 +482,7 @@ async def write_status(deps: Deps, body: dict[str, Any], old: InferenceRolloutSt
     patch = {"metadata": {"resourceVersion": meta["resourceVersion"]},
              "status": with_deletions(body.get("status") or old_body, new_body)}
     try:
-        updated = await deps.kube.merge_patch(object_path + "/status", patch)
+        updated = await deps.kube.merge_patch(object_path.sub("status"), patch)
     except KubeError as e:
         if e.status == 404:
             return  # deleted meanwhile

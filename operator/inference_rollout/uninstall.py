@@ -24,6 +24,7 @@ from .api import GROUP, PLURAL, VERSION
 from .core.types import RecordEvent
 from .deletion_watchdog import sweep
 from .kube import Kube, load_configuration
+from .paths import cluster_path, rollout_path
 from .reconciler import Deps, release_before_deletion
 
 FINALIZER = f"{GROUP}/finalizer"
@@ -35,7 +36,7 @@ async def _print_event(body: dict[str, Any], event: RecordEvent) -> None:
 
 
 async def _namespaces_with_rollouts(kube: Kube) -> set[str]:
-    listed = await kube.list_metadata(f"/apis/{GROUP}/{VERSION}/{PLURAL}")
+    listed = await kube.list_metadata(cluster_path(GROUP, VERSION, PLURAL))
     return {i["metadata"]["namespace"] for i in listed.get("items") or []}
 
 
@@ -51,7 +52,7 @@ async def release_finalizers(kube: Kube, namespaces: list[str] | None) -> tuple[
     released = await sweep(kube, set(scope), FINALIZER, cleanup, datetime.now(UTC), grace=0)
     left = 0
     for ns in scope:
-        listed = await kube.list_metadata(f"/apis/{GROUP}/{VERSION}/namespaces/{ns}/{PLURAL}")
+        listed = await kube.list_metadata(rollout_path(ns))
         left += sum(1 for i in listed.get("items") or []
                     if i["metadata"].get("deletionTimestamp")
                     and FINALIZER in (i["metadata"].get("finalizers") or []))

@@ -8,7 +8,8 @@ import asyncio
 from typing import Any
 
 from inference_rollout.core.types import RecordEvent
-from inference_rollout.kube import Kube, load_configuration, ns_path, rollout_path
+from inference_rollout.kube import Kube, load_configuration
+from inference_rollout.paths import ns_path, rollout_path
 from inference_rollout.reconciler import Deps, reconcile
 from irsandbox.control_plane import ControlPlane
 from irsandbox.manifests import container, inference_rollout
@@ -52,7 +53,7 @@ async def mark_ready(kube: Kube, ns: str) -> None:
     for d in deployments["items"]:
         n = int(d["spec"].get("replicas", 0))
         await kube.merge_patch(
-            ns_path("apps", "v1", ns, "deployments", d["metadata"]["name"]) + "/status",
+            ns_path("apps", "v1", ns, "deployments", d["metadata"]["name"]).sub("status"),
             {"status": {"replicas": n, "readyReplicas": n, "availableReplicas": n,
                         "updatedReplicas": n, "observedGeneration": d["metadata"]["generation"]}})
 

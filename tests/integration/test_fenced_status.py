@@ -21,7 +21,8 @@ from tests.integration.rollout_world import (
     route_weights,
 )
 
-from inference_rollout.kube import Kube, rollout_path
+from inference_rollout.kube import Kube
+from inference_rollout.paths import rollout_path
 from inference_rollout.reconciler import reconcile
 from irsandbox.control_plane import ControlPlane
 
@@ -59,7 +60,7 @@ def test_a_stale_advance_never_overwrites_another_replicas_abort(
         replica_b = deps_for(control_plane, "replica-b")
 
         async def b_aborts() -> None:
-            await setup.kube.merge_patch(rollout_path(ns, name) + "/status",
+            await setup.kube.merge_patch(rollout_path(ns, name).sub("status"),
                                          {"status": {"requests": {"abort": True}}})
             after = await reconcile_b(replica_b, ns, name)
             assert after["status"]["aborted"] is True, after["status"]

@@ -16,7 +16,7 @@ from tests.integration.rollout_world import (
 )
 
 from inference_rollout.__main__ import main
-from inference_rollout.kube import ns_path, rollout_path
+from inference_rollout.paths import ns_path, rollout_path
 from inference_rollout.uninstall import FINALIZER
 from irsandbox.control_plane import ControlPlane
 
@@ -51,7 +51,8 @@ def test_a_rollout_left_behind_by_the_operator_is_released_traffic_first(
     async def after() -> None:
         deps = deps_for(control_plane)
         assert await deps.kube.get_or_none(rollout_path(ns, "chat")) is None, "still there"
-        route = await deps.kube.get(f"{routes}/chat-route")
+        route = await deps.kube.get(
+            ns_path("gateway.networking.k8s.io", "v1", ns, "httproutes", "chat-route"))
         weights = {r["name"]: r.get("weight", 1) for r in route["spec"]["rules"][0]["backendRefs"]}
         assert weights.get(f"chat-{stable}") == 100 and weights.get(f"chat-{canary}", 0) == 0
         for kind in (ns_path("apps", "v1", ns, "deployments", f"chat-{stable}"),

@@ -25,7 +25,8 @@ from tests.integration.rollout_world import kube_for
 from inference_rollout.api import reasons as r
 from inference_rollout.core.revision import template_hash
 from inference_rollout.core.types import RecordEvent
-from inference_rollout.kube import KubeError, ns_path, rollout_path
+from inference_rollout.kube import KubeError
+from inference_rollout.paths import ns_path, rollout_path
 from inference_rollout.reconciler import Deps, reconcile
 from irsandbox.control_plane import ControlPlane
 from irsandbox.manifests import container, inference_rollout
@@ -219,7 +220,7 @@ def test_a_rejected_route_rolls_back_with_the_gateways_reason(op: Operator) -> N
 
 def test_the_rollback_does_not_wait_for_the_gateway(op: Operator) -> None:
     stable, canary = released(op)
-    op.patch(rollout_path(op.ns, "chat") + "/status", {"status": {"requests": {"abort": True}}})
+    op.patch(rollout_path(op.ns, "chat").sub("status"), {"status": {"requests": {"abort": True}}})
     generation = op.route["metadata"]["generation"]
     op.reconcile()  # the gateway never answers for this generation nor the next
     assert op.weights() == {stable: 100, canary: 0}

@@ -13,7 +13,7 @@ import pytest
 from tests.integration.rollout_world import create_namespace, deps_for, release_at_first_step
 
 from inference_rollout import deletion_watchdog
-from inference_rollout.kube import rollout_path
+from inference_rollout.paths import rollout_path
 from inference_rollout.reconciler import release_before_deletion
 from inference_rollout.uninstall import FINALIZER
 from irsandbox.control_plane import ControlPlane

@@ -22,9 +22,10 @@ from typing import Any
 from ..api import GROUP
 from ..api.duration import parse_duration
 from ..core.notices import Notice
-from ..kube import Kube, KubeError, rollout_path
+from ..kube import Kube, KubeError
 from ..notify.delivery import Notifier, Settings
 from ..notify.messages import Outgoing
+from ..paths import ApiPath, rollout_path
 from .drill_report import DrillRecord
 
 ANN_DRILL = f"{GROUP}/drill"
@@ -129,7 +130,7 @@ class DrillAborted(Exception):
     """``drill abort`` removed the drill's annotation while the drill ran."""
 
 
-async def begin(kube: Kube, path: str, record: DrillRecord, undo_ops: list[dict[str, Any]],
+async def begin(kube: Kube, path: ApiPath, record: DrillRecord, undo_ops: list[dict[str, Any]],
                 change: list[dict[str, Any]]) -> None:
     """Mark the rollout as drilled, with what undoes the drill, and make the drill's change --
     one JSON patch, so there is never a change without its undo recorded.  Refused when another
@@ -155,14 +156,14 @@ async def begin(kube: Kube, path: str, record: DrillRecord, undo_ops: list[dict[
     record.drill_id = drill_id
 
 
-async def still_running(kube: Kube, path: str) -> None:
+async def still_running(kube: Kube, path: ApiPath) -> None:
     """Raise :class:`DrillAborted` when ``drill abort`` has undone this drill meanwhile."""
     body = await kube.get(path)
     if ANN_DRILL not in (body["metadata"].get("annotations") or {}):
         raise DrillAborted("aborted with `drill abort`")
 
 
-async def undo(kube: Kube, path: str, drill_id: str | None = None) -> bool:
+async def undo(kube: Kube, path: ApiPath, drill_id: str | None = None) -> bool:
     """Apply the recorded undo and drop the marks, atomically (a JSON patch that tests the marks
     are still there, so two undos never both apply).  With ``drill_id``, only that drill's.
     False when there was nothing to undo."""

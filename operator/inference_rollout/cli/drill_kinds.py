@@ -27,7 +27,8 @@ import httpx
 
 from ..api.duration import parse_duration
 from ..api.spec import SERVING_CONTAINER
-from ..kube import Kube, ns_path, rollout_path
+from ..kube import Kube
+from ..paths import ns_path, rollout_path
 from .drill import ANN_DRILL, Refused, begin, still_running
 from .drill_report import DrillRecord
 

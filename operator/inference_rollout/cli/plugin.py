@@ -26,7 +26,8 @@ import httpx
 import yaml
 
 from ..api.duration import parse_duration
-from ..kube import Kube, KubeError, load_configuration, ns_path, rollout_path
+from ..kube import Kube, KubeError, load_configuration
+from ..paths import ApiPath, ns_path, rollout_path
 from . import drill, report
 from .offline import add_offline_commands
 from .render import render_rollout
@@ -105,7 +106,7 @@ async def _run(args: argparse.Namespace) -> int:
         request = "promoteFull" if args.verb == "promote" and args.full else \
             REQUEST_OF_VERB.get(args.verb, "promote")
         await _get(kube, path, ns, args.name)
-        await kube.merge_patch(path + "/status", {"status": {"requests": {request: True}}})
+        await kube.merge_patch(path.sub("status"), {"status": {"requests": {request: True}}})
         print(f"inferencerollout {ns}/{args.name}: {args.verb}"
               f"{' --full' if request == 'promoteFull' else ''} requested")
         return 0
@@ -119,14 +120,14 @@ async def _run(args: argparse.Namespace) -> int:
         await kube.close()
 
 
-async def _get(kube: Kube, path: str, ns: str, name: str) -> dict[str, Any]:
+async def _get(kube: Kube, path: ApiPath, ns: str, name: str) -> dict[str, Any]:
     return await kube.get(path)
 
 
 WATCH_TIMEOUT_EXIT = 2
 
 
-async def _watch(kube: Kube, path: str, ns: str, args: argparse.Namespace) -> int:
+async def _watch(kube: Kube, path: ApiPath, ns: str, args: argparse.Namespace) -> int:
     """Redraw the rollout and its recent Events until it settles.  The exit code lets a CI
     pipeline gate on a release: 0 Healthy (for the current generation), 1 Degraded, 2 timeout."""
     deadline = time.monotonic() + parse_duration(args.timeout)

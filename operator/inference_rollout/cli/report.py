@@ -12,7 +12,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from ..api.duration import parse_duration
-from ..kube import Kube, ns_path, rollout_path
+from ..kube import Kube
+from ..paths import ns_path, rollout_path
 from .release_data import ReportError, gather
 from .release_html import render
 

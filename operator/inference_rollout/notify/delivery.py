@@ -36,7 +36,8 @@ from .. import operator_metrics
 from ..addresses import address_allowed, public_host
 from ..bounded_http import sanitize
 from ..core.notices import Notice
-from ..kube import Kube, KubeError, ns_path
+from ..kube import Kube, KubeError
+from ..paths import ns_path
 from .messages import Outgoing, slack_payload, webhook_payload
 
 log = logging.getLogger("inference_rollout.notify")

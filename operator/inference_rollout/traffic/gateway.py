@@ -24,7 +24,8 @@ from typing import Any
 from ..api import API_VERSION, KIND, LABEL_MANAGED_BY, LABEL_ROLLOUT, MANAGED_BY, POOL_GROUP
 from ..api.spec import GatewayAPITraffic
 from ..core.revision import revision_name
-from ..kube import Kube, KubeError, ns_path
+from ..kube import Kube, KubeError
+from ..paths import ns_path
 from .route_status import route_acceptance
 from .router import RouteDrift, RouteError, RouteMissing, RouteState
 

@@ -26,7 +26,8 @@ from ..api import (
 from ..api.spec import GatewayAPITraffic, PodTemplate
 from ..core.revision import revision_name
 from ..core.types import RevisionState
-from ..kube import Kube, KubeError, ns_path
+from ..kube import Kube, KubeError
+from ..paths import ApiPath, ns_path
 
 
 class RevisionError(Exception):
@@ -137,10 +138,10 @@ class Revisions:
         self.pools = traffic if traffic is not None and traffic.backend_kind == "InferencePool" \
             else None
 
-    def _path(self, kind: str, revision: str = "") -> str:
+    def _path(self, kind: str, revision: str = "") -> ApiPath:
         """The collection of ``kind`` in the namespace, or the revision's object in it."""
         group, version, plural = RESOURCES[kind]
-        name = revision_name(self.rollout, revision) if revision else ""
+        name = revision_name(self.rollout, revision) if revision else None
         return ns_path(group, version, self.namespace, plural, name)
 
     async def observe(self) -> dict[str, RevisionState]:
