@@ -279,7 +279,7 @@ patch_traefik() {
   rm -f "${src}/lego/providers/dns/dns_providers_test.go"
   printf '\nreplace github.com/go-acme/lego/v5 => ./lego\n' >>"${src}/go.mod"
   patch_traefik_full_duplex "${src}" "${module}" "${version}"
-  log traefik "wrapper: forks and exclude copied, go-http-auth fork at ${TRAEFIK_HTTP_AUTH}, ext module written, lego ${legov} without ${TRAEFIK_LEGO_DROP[*]}, HTTP server in full duplex"
+  log traefik "wrapper: forks and exclude copied, go-http-auth fork at ${TRAEFIK_HTTP_AUTH}, ext module written, lego ${legov} without ${TRAEFIK_LEGO_DROP[*]}, HTTP server in full duplex, unread bodies finished in the handler"
 }
 
 # patch_traefik_full_duplex DIR MODULE VERSION: Traefik's entry points serve HTTP/1 in full duplex
@@ -290,7 +290,18 @@ patch_traefik() {
 # the read fails, the transport closes the backend connection, and the client's stream is cut
 # right after its 200 ("httputil: ReverseProxy read error during body copy: use of closed network
 # connection", traefik/traefik#10381). Measured here: about 1 streamed chat completion in 3,000,
-# 4 in 4,800 while routes change (docs/sandbox.md, "Gateways"). A copy of the module, replaced.
+# 4 in 4,800 while routes change (docs/sandbox.md, "Gateways").
+# Full duplex alone has a defect of its own in Go's server (golang/go#68560, through Go 1.26): a
+# body still unread when the handler returns (Traefik's own 404/502/503 to a POST, a backend that
+# answered before the body came) is closed by response.finishRequest AFTER it stops the
+# connection's background read; closing reads the body to its EOF, whose hook starts a new
+# background read that nothing stops, and the next request on the keep-alive connection panics
+# ("invalid concurrent Body.Read call"): recovered when the connection's goroutine reads it (the
+# connection is dropped unanswered), fatal when that request was already buffered and the
+# transport's write loop reads its body (Traefik exits; issue 34). So the wrapper also finishes
+# such a body itself before the handler returns (fullduplex_sandbox.go below);
+# tests/integration/test_traefik_full_duplex.py runs both cases against the binary. A copy of the
+# module, replaced.
 patch_traefik_full_duplex() {
   local src="$1" module="$2" version="$3" file
   copy_module "${module}" "${version}" "${src}/traefik"
@@ -298,15 +309,93 @@ patch_traefik_full_duplex() {
   sed_present "${file}" '^	handler = denyOpaque(handler)$' \
     '	handler = denyOpaque(handler)\n	handler = fullDuplex(handler)' \
     "traefik ${version}: patch_traefik_full_duplex"
-  cat >>"${file}" <<'GO'
+  [[ ! -e "${src}/traefik/pkg/server/fullduplex_sandbox.go" ]] ||
+    die "traefik ${version}: pkg/server/fullduplex_sandbox.go exists upstream; update patch_traefik_full_duplex"
+  cat >"${src}/traefik/pkg/server/fullduplex_sandbox.go" <<'GO'
+// Added by inference-rollout's sandbox/build.sh (patch_traefik_full_duplex); not part of Traefik.
 
-// fullDuplex (added by inference-rollout's sandbox/build.sh) lets a request's body be read after
-// its response has begun, so a proxied POST is never cut because its backend answered early.
+package server
+
+import (
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"time"
+)
+
+// bodyDrainWait bounds how long fullDuplex waits for the rest of a body nobody read.
+const bodyDrainWait = time.Second
+
+// fullDuplex serves each HTTP/1 request in full duplex, so a request's body can still be read after
+// its response has begun: a proxied POST is never cut because its backend answered early.
+//
+// And it finishes the body before returning when no read reached its end. Otherwise Go's server
+// (golang/go#68560) closes it in finishRequest after stopping the connection's background read;
+// closing reads the body's rest, its EOF starts a background read that nothing stops, and the
+// next request on the connection panics with "invalid concurrent Body.Read call" (fatal when the
+// transport copying that request's body upstream hits it). Here the rest is read while the handler
+// still runs, so finishRequest stops the background read that EOF starts; a read after that gets
+// http.ErrBodyReadAfterClose and never touches the connection.
 func fullDuplex(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(rw http.ResponseWriter, req *http.Request) {
-		_ = http.NewResponseController(rw).EnableFullDuplex() // HTTP/2 is full duplex already
-		h.ServeHTTP(rw, req)
+		rc := http.NewResponseController(rw)
+		// HTTP/2 is full duplex already. With 100-continue Go's server closes the connection after
+		// a body that was not read before the response (closeAfterReply), so none is reused.
+		if rc.EnableFullDuplex() != nil || req.Body == nil || req.Body == http.NoBody || expectsContinue(req) {
+			h.ServeHTTP(rw, req)
+			return
+		}
+		body := &eofBody{ReadCloser: req.Body}
+		inner := req.WithContext(req.Context()) // a shallow copy: the server's own Request keeps its Body
+		inner.Body = body
+		h.ServeHTTP(rw, inner)
+		if body.eof.Load() {
+			return // the EOF came while the handler ran: finishRequest stops the read it started
+		}
+		if _, err := rw.Write(nil); errors.Is(err, http.ErrHijacked) {
+			return // an upgraded connection is the handler's; the server reads nothing more from it
+		}
+		// The answer goes out first (a client may wait for it before sending the rest), then the
+		// body's rest is read (Go's Close reads up to 256 KiB, else gives up and the server closes
+		// the connection). A rest that does not come within bodyDrainWait, or a failed read, leaves
+		// bytes of unknown length on the connection: it must not be reused. http.MaxBytesReader
+		// past its limit is Go's public way to say so (response.requestTooLarge: closeAfterReply).
+		_ = rc.Flush()
+		_ = rc.SetReadDeadline(time.Now().Add(bodyDrainWait))
+		if req.Body.Close() != nil {
+			_, _ = http.MaxBytesReader(rw, io.NopCloser(strings.NewReader("x")), 0).Read(make([]byte, 1))
+		}
 	})
+}
+
+// expectsContinue: does the request carry "Expect: 100-continue" (Go's Request.expectsContinue)?
+func expectsContinue(req *http.Request) bool {
+	for _, v := range req.Header.Values("Expect") {
+		for _, token := range strings.Split(v, ",") {
+			if strings.EqualFold(strings.TrimSpace(token), "100-continue") {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// eofBody records that a read of the body returned io.EOF, i.e. that the server's body has seen
+// its end and run its EOF hook (a read that returns io.EOF runs it before returning, or ran it on
+// an earlier read).
+type eofBody struct {
+	io.ReadCloser
+	eof atomic.Bool
+}
+
+func (b *eofBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if errors.Is(err, io.EOF) {
+		b.eof.Store(true)
+	}
+	return n, err
 }
 GO
   printf '\nreplace %s => ./traefik\n' "${module}" >>"${src}/go.mod"

@@ -62,8 +62,10 @@ k8s_staging_version() {
 
 # llm-d-inference-sim as the sandbox builds it: patched to listen on 127.0.0.1 only (build.sh).
 SIM_BIN_NAME=llm-d-inference-sim-loopback
-# Traefik as the sandbox builds it: its HTTP server in full duplex (build.sh patch_traefik).
-TRAEFIK_BIN_NAME=traefik-fullduplex
+# Traefik as the sandbox builds it: its HTTP server in full duplex, and a request body left unread
+# finished before the handler returns (build.sh patch_traefik_full_duplex; issue 34). A new name per
+# patch, so a cache holding an older build is not reused.
+TRAEFIK_BIN_NAME=traefik-fullduplex-bodyclose
 
 # Cached binary path for a tool at a version: $IR_CACHE/bin/<name>-<version>
 cached_bin() {
