@@ -16,6 +16,7 @@ reconcile runs again from what the server holds (``fenced``), as if this one had
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections import OrderedDict
@@ -182,7 +183,11 @@ async def _reconcile(deps: Deps, body: dict[str, Any]) -> float:
     meta = body["metadata"]
     ns, name, uid = meta["namespace"], meta["name"], meta["uid"]
     generation = int(meta.get("generation", 0))
-    status = InferenceRolloutStatus.parse(body.get("status"))
+    try:
+        status = InferenceRolloutStatus.parse(body.get("status"))
+    except ValidationError as e:
+        await _refuse_status(deps, body, e, generation)
+        return IDLE_SECONDS
     deleting = bool(meta.get("deletionTimestamp"))
     try:
         spec = InferenceRolloutSpec.parse(body["spec"])
@@ -308,6 +313,24 @@ async def _traffic_to_stable(deps: Deps, body: dict[str, Any], status: Inference
                                  write.canary_weight)
 
 
+async def _refuse_status(deps: Deps, body: dict[str, Any], error: ValidationError,
+                         generation: int) -> None:
+    """A status that does not parse is acted on by nothing: only ``Valid=False`` naming the
+    field is written (core/validation.py, ``unreadable_status_patch``)."""
+    raw = body.get("status") or {}
+    found = validation.describe_validation_error(error, root="status")
+    patch = validation.unreadable_status_patch(raw, found, generation, deps.now())
+    if all(raw.get(k) == v for k, v in patch.items()):
+        return
+    log.warning("%s/%s: status not read: %s", body["metadata"]["namespace"],
+                body["metadata"]["name"], "; ".join(found))
+    path = rollout_path(body["metadata"]["namespace"], body["metadata"]["name"])
+    with contextlib.suppress(KubeError):  # a conflict or a deletion: the next reconcile sees it
+        await deps.kube.merge_patch(path.sub("status"), {
+            "metadata": {"resourceVersion": body["metadata"]["resourceVersion"]},
+            "status": patch})
+
+
 async def fail_safe(deps: Deps, body: dict[str, Any], error: BaseException) -> bool:
     """After an unexpected exception in a reconcile: record ``ReconcileFailed`` and roll a
     release in flight back (status first, then the route), so a canary the operator cannot
@@ -318,7 +341,10 @@ async def fail_safe(deps: Deps, body: dict[str, Any], error: BaseException) -> b
 
     async def record_and_move(_deps: Deps, current: dict[str, Any]) -> None:
         cmeta = current["metadata"]
-        status = InferenceRolloutStatus.parse(current.get("status"))
+        try:
+            status = InferenceRolloutStatus.parse(current.get("status"))
+        except ValidationError:
+            return  # nothing the status names is acted on (_refuse_status says why)
         new = validation.failed_status(status, what, int(cmeta.get("generation", 0)), deps.now())
         await write_status(deps, current, status, new)
         deps.notify(current, status, Decision((), new, None, new.abort_reason

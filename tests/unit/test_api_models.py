@@ -115,8 +115,8 @@ def test_spec_round_trips_by_alias() -> None:
 
 def test_status_round_trips_by_alias() -> None:
     body = {
-        "phase": "Progressing", "observedGeneration": 7, "stableRevision": "5c9f",
-        "canaryRevision": "7d1a", "currentStep": 1, "canaryWeight": 20,
+        "phase": "Progressing", "observedGeneration": 7, "stableRevision": "5c9f00aa11",
+        "canaryRevision": "7d1a22bb33", "currentStep": 1, "canaryWeight": 20,
         "conditions": [{"type": "Valid", "status": "True", "reason": "Valid",
                         "lastTransitionTime": "2026-01-01T00:00:00Z"}],
         "analysis": {"error-rate": {"value": 0.001, "verdict": "Pass", "passes": 3}},
@@ -359,3 +359,29 @@ def test_durations_are_parsed_once_and_a_copy_with_updates_reparses() -> None:
     renamed = analysis.model_copy(update={"metrics": [metric]})
     assert [m.name for m in renamed.effective_metrics] == ["m"]
     assert analysis.effective_metrics == ()
+
+
+@pytest.mark.parametrize("field,value", [
+    ("stableRevision", "../../team-b/deployments/bank"),
+    ("canaryRevision", "7D1A22BB33"),
+    ("canaryRevision", "7d1a"),
+    ("oldRevisions", {"../x": "2026-01-01T00:00:00Z"}),
+    ("evaluation", {"revision": "x/y", "verdict": "Pass", "measuredAt": "t"}),
+])
+def test_a_status_naming_anything_but_a_revision_does_not_parse(field, value) -> None:
+    """The operator derives object names and paths from these; anyone allowed to steer may write
+    the status (issue 29): only the template hash's form is read."""
+    with pytest.raises(ValidationError) as info:
+        InferenceRolloutStatus.parse({field: value})
+    assert field in str(info.value)
+
+
+@pytest.mark.parametrize("where,ref", [
+    ("traffic__gatewayAPI__httpRouteRef", {"name": "../../team-b/httproutes/bank"}),
+    ("evaluation__configMapRef", {"name": "../cases"}),
+    ("notifications__secretRef", {"name": "team-b/secrets/x"}),
+])
+def test_names_the_spec_refers_to_are_kubernetes_names(where, ref) -> None:
+    with pytest.raises(ValidationError) as info:
+        InferenceRolloutSpec.parse(with_changes(**{where: ref}))
+    assert "name" in str(info.value)

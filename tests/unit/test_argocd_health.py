@@ -140,10 +140,10 @@ def rollout(generation: int = 7, **status: Any) -> dict[str, Any]:
     return body
 
 
-HEALTHY = {"phase": "Healthy", "observed_generation": 7, "stable_revision": "5c9f7d",
+HEALTHY = {"phase": "Healthy", "observed_generation": 7, "stable_revision": "5c9f7d0000",
            "message": "", "conditions": [cond("Progressing", "False", "ReleaseComplete")]}
-PROGRESSING = {"phase": "Progressing", "observed_generation": 7, "stable_revision": "5c9f7d",
-               "canary_revision": "7d1a2b", "current_step": 1, "canary_weight": 20,
+PROGRESSING = {"phase": "Progressing", "observed_generation": 7, "stable_revision": "5c9f7d0000",
+               "canary_revision": "7d1a2b0000", "current_step": 1, "canary_weight": 20,
                "message": "step 2/4: 20% for 3m12s of 24h; errors 0.001 (Pass: ≤ 0.01)"}
 PAUSED = {**PROGRESSING, "phase": "Paused", "paused_reason": "PauseRequested",
           "message": "step 2/4: 20% for 3m12s of 24h",
@@ -151,7 +151,7 @@ PAUSED = {**PROGRESSING, "phase": "Paused", "paused_reason": "PauseRequested",
 ABORTED = {**PROGRESSING, "phase": "Degraded", "aborted": True, "abort_reason": "AnalysisFailed",
            "canary_weight": 0, "message": "rolled back (AnalysisFailed); retry or change the "
            "template", "conditions": [cond("Aborted", "True", "AnalysisFailed", "ttft-p99 0.9s")]}
-INVALID = {"phase": "Degraded", "observed_generation": 7, "stable_revision": "5c9f7d",
+INVALID = {"phase": "Degraded", "observed_generation": 7, "stable_revision": "5c9f7d0000",
            "message": "invalid spec: metadata.name too long",
            "conditions": [cond("Valid", "False", "InvalidSpec",
                                "invalid spec: metadata.name: 60 characters is too long")]}
@@ -169,7 +169,7 @@ def test_each_phase_maps_to_an_argo_health(status: dict[str, Any], want: str) ->
 
 def test_messages_come_from_the_status() -> None:
     assert health(rollout(**PROGRESSING))["message"].startswith("step 2/4: 20%")
-    assert health(rollout(**HEALTHY))["message"] == "stable revision 5c9f7d serves all traffic"
+    assert health(rollout(**HEALTHY))["message"] == "stable revision 5c9f7d0000 serves all traffic"
     assert health(rollout(**PAUSED))["message"] == "paused by request at 20%"
     assert health(rollout(**ABORTED))["message"].startswith("rolled back (AnalysisFailed)")
     # an invalid spec explains itself in the Valid condition, not only in the summary

@@ -26,12 +26,12 @@ SPEC = InferenceRolloutSpec.parse(manifest_spec(
 
 
 def world(stable_ready: int = 4, invalid: tuple[str, ...] = (), generation: int = 3) -> Observation:
-    return Observation(generation=generation, template_hash="b", invalid=invalid,
-                       revisions={"a": RevisionState(4, stable_ready, stable_ready)})
+    return Observation(generation=generation, template_hash="bbbbbbbbbb", invalid=invalid,
+                       revisions={"aaaaaaaaaa": RevisionState(4, stable_ready, stable_ready)})
 
 
 def status(**kw: Any) -> InferenceRolloutStatus:
-    base: dict[str, Any] = {"stable_revision": "a"}
+    base: dict[str, Any] = {"stable_revision": "aaaaaaaaaa"}
     base.update(kw)
     return InferenceRolloutStatus(**base)
 
@@ -42,15 +42,15 @@ def status(**kw: Any) -> InferenceRolloutStatus:
         (status(), world(), "Healthy"),
         (status(), world(stable_ready=3), "Progressing"),  # the stable is still coming up
         (status(stable_revision=None), world(), "Progressing"),
-        (status(canary_revision="b", current_step=0), world(), "Progressing"),
-        (status(canary_revision="b", paused_reason=r.PAUSE_REQUESTED), world(), "Paused"),
-        (status(canary_revision="b", paused_reason=r.MANUAL_STEP), world(), "Paused"),
-        (status(canary_revision="b", paused_reason=r.ERROR_LIMIT), world(), "Paused"),
-        (status(canary_revision="b", aborted=True), world(), "Degraded"),
+        (status(canary_revision="bbbbbbbbbb", current_step=0), world(), "Progressing"),
+        (status(canary_revision="bbbbbbbbbb", paused_reason=r.PAUSE_REQUESTED), world(), "Paused"),
+        (status(canary_revision="bbbbbbbbbb", paused_reason=r.MANUAL_STEP), world(), "Paused"),
+        (status(canary_revision="bbbbbbbbbb", paused_reason=r.ERROR_LIMIT), world(), "Paused"),
+        (status(canary_revision="bbbbbbbbbb", aborted=True), world(), "Degraded"),
         (status(), world(invalid=("bad",)), "Degraded"),
         # an abort outranks a pause, an invalid release outranks everything
-        (status(canary_revision="b", aborted=True, paused_reason=r.PAUSE_REQUESTED), world(),
-         "Degraded"),
+        (status(canary_revision="bbbbbbbbbb", aborted=True, paused_reason=r.PAUSE_REQUESTED),
+         world(), "Degraded"),
     ],
 )
 def test_derive_phase(st: InferenceRolloutStatus, w: Observation, phase: str) -> None:
@@ -72,7 +72,7 @@ def test_last_transition_time_changes_only_with_the_status() -> None:
 
 
 def test_apply_conditions_writes_all_five_and_the_phase() -> None:
-    st = status(canary_revision="b", current_step=1, canary_weight=20,
+    st = status(canary_revision="bbbbbbbbbb", current_step=1, canary_weight=20,
                 paused_reason=r.PAUSE_REQUESTED, message="paused (PauseRequested)")
     apply_conditions(SPEC, st, world(generation=7), T0)
     got = {c.type: (c.status, c.reason) for c in st.conditions}
@@ -86,7 +86,7 @@ def test_apply_conditions_writes_all_five_and_the_phase() -> None:
     assert st.phase == "Paused" and st.observed_generation == 7
     assert all(c.observed_generation == 7 for c in st.conditions)
     available = next(c for c in st.conditions if c.type == "Available")
-    assert available.message == "stable revision a has 4/4 pods ready"
+    assert available.message == "stable revision aaaaaaaaaa has 4/4 pods ready"
 
 
 @pytest.mark.parametrize(
@@ -109,7 +109,7 @@ def test_apply_conditions_writes_all_five_and_the_phase() -> None:
     ],
 )
 def test_step_message(kw: dict[str, Any], now: Any, message: str) -> None:
-    assert step_message(SPEC, status(canary_revision="b", **kw), now) == message
+    assert step_message(SPEC, status(canary_revision="bbbbbbbbbb", **kw), now) == message
 
 
 def test_messages_through_a_release() -> None:

@@ -26,6 +26,9 @@ from inference_rollout.core.types import (
     SetWeights,
 )
 
+#: Revisions as the status records them (ten hex characters of the template hash).
+STABLE, CANARY = "aaaaaaaaaa", "bbbbbbbbbb"
+
 M2 = "m2"
 
 
@@ -830,9 +833,9 @@ def test_an_orphan_revision_is_adopted_and_removed_after_the_delay() -> None:
 
 
 def test_desired_route() -> None:
-    st = InferenceRolloutStatus(stable_revision="a", canary_revision="b", canary_weight=20)
-    assert desired_route(st) == {"a": 80, "b": 20}
-    assert desired_route(InferenceRolloutStatus(stable_revision="a")) == {"a": 100}
+    st = InferenceRolloutStatus(stable_revision=STABLE, canary_revision=CANARY, canary_weight=20)
+    assert desired_route(st) == {STABLE: 80, CANARY: 20}
+    assert desired_route(InferenceRolloutStatus(stable_revision=STABLE)) == {STABLE: 100}
     assert desired_route(InferenceRolloutStatus()) == {}
 
 
@@ -883,8 +886,9 @@ def test_analysis_due() -> None:
     t = T0
 
     def st(**kw: Any) -> InferenceRolloutStatus:
-        base: dict[str, Any] = {"stable_revision": "a", "canary_revision": "b", "current_step": 0,
-                                "canary_weight": 5, "step_started_at": to_iso(t)}
+        base: dict[str, Any] = {"stable_revision": STABLE, "canary_revision": CANARY,
+                                "current_step": 0, "canary_weight": 5,
+                                "step_started_at": to_iso(t)}
         base.update(kw)
         return InferenceRolloutStatus(**base)
 

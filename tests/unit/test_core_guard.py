@@ -16,6 +16,9 @@ from inference_rollout.core import validation
 from inference_rollout.core.decide import analysis_due
 from inference_rollout.core.types import SetWeights
 
+#: Revisions as the status records them (ten hex characters of the template hash).
+STABLE, CANARY = "aaaaaaaaaa", "bbbbbbbbbb"
+
 
 def test_a_canary_that_loses_its_ready_pods_loses_its_weight_in_one_write() -> None:
     sim, old, new = in_release(strategy=steps((20, "1h"), 100))
@@ -104,27 +107,27 @@ def test_steps_shortened_mid_release_continue_at_a_step_that_still_exists() -> N
 
 
 def test_an_unparseable_spec_takes_the_canary_off_the_route() -> None:
-    status = InferenceRolloutStatus(stable_revision="a", canary_revision="b", current_step=1,
+    status = InferenceRolloutStatus(stable_revision=STABLE, canary_revision=CANARY, current_step=1,
                                     canary_weight=50, step_started_at="2026-12-01T12:00:00Z")
     new = validation.unparseable_status(status, ["spec.x: bad"], 3, T0)
     assert new.canary_weight == 0 and new.step_started_at is None
-    assert new.phase == "Degraded" and new.canary_revision == "b"
-    write = validation.traffic_to_stable(status, {"a": 50, "b": 50}, deleting=False)
-    assert write == SetWeights("a", "b", 0)
-    assert validation.traffic_to_stable(status, {"a": 100, "b": 0}, deleting=False) is None
-    assert validation.traffic_to_stable(status, {"a": 100, "b": 0}, deleting=True) == \
-        SetWeights("a", None, 0)
+    assert new.phase == "Degraded" and new.canary_revision == CANARY
+    write = validation.traffic_to_stable(status, {STABLE: 50, CANARY: 50}, deleting=False)
+    assert write == SetWeights(STABLE, CANARY, 0)
+    assert validation.traffic_to_stable(status, {STABLE: 100, CANARY: 0}, deleting=False) is None
+    assert validation.traffic_to_stable(status, {STABLE: 100, CANARY: 0}, deleting=True) == \
+        SetWeights(STABLE, None, 0)
     assert validation.traffic_to_stable(status, None, deleting=True) is None
 
 
 def test_an_unexpected_failure_rolls_a_release_back_and_says_why() -> None:
-    status = InferenceRolloutStatus(stable_revision="a", canary_revision="b", current_step=1,
+    status = InferenceRolloutStatus(stable_revision=STABLE, canary_revision=CANARY, current_step=1,
                                     canary_weight=50)
     new = validation.failed_status(status, "IndexError: boom", 3, T0)
     assert new.aborted and new.abort_reason == r.RECONCILE_FAILED and new.canary_weight == 0
     cond = {c.type: c for c in new.conditions}
     assert cond[r.RECONCILE_FAILED].status == "True" and "IndexError" in new.message
-    idle = validation.failed_status(InferenceRolloutStatus(stable_revision="a"), "x", 3, T0)
+    idle = validation.failed_status(InferenceRolloutStatus(stable_revision=STABLE), "x", 3, T0)
     assert not idle.aborted
 
 

@@ -24,6 +24,9 @@ from inference_rollout.core.types import (
     RevisionState,
 )
 
+#: Revisions as the status records them (ten hex characters of the template hash).
+STABLE, CANARY = "aaaaaaaaaa", "bbbbbbbbbb"
+
 STEPS = {"steps": [{"weight": 20, "pause": "10m"}, {"weight": 50, "pause": "10m"},
                    {"weight": 100}]}
 
@@ -75,11 +78,12 @@ def test_selector_leaves_out_a_revision_waiting_to_be_deleted() -> None:
 
 
 def test_pods_counted_are_the_ones_this_decisions_writes_leave() -> None:
-    status = InferenceRolloutStatus(stable_revision="a", canary_revision="b")
-    world = Observation(generation=1, template_hash="b", revisions={
-        "a": RevisionState(4, 4, 4), "b": RevisionState(1, 0, 0), "old": RevisionState(3, 3, 3)})
+    status = InferenceRolloutStatus(stable_revision=STABLE, canary_revision=CANARY)
+    world = Observation(generation=1, template_hash=CANARY, revisions={
+        STABLE: RevisionState(4, 4, 4), CANARY: RevisionState(1, 0, 0),
+        "old": RevisionState(3, 3, 3)})
     assert serving_pods(status, world, ()) == 5
-    assert serving_pods(status, world, (EnsureRevision("b", 2), EnsureRevision("old", 9))) == 6
+    assert serving_pods(status, world, (EnsureRevision(CANARY, 2), EnsureRevision("old", 9))) == 6
     assert serving_selector("", status) == ""
     assert serving_selector("x", InferenceRolloutStatus()) == f"{LABEL_ROLLOUT}=x"
 

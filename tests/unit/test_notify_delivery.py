@@ -225,7 +225,7 @@ def test_a_rollback_by_the_fail_safe_is_told_too() -> None:
 
     n = notifier({}, workers=0)
     deps = Deps(kube=StatusWrites(), post_event=None, notifier=n)  # type: ignore[arg-type]
-    in_flight = InferenceRolloutStatus(stable_revision="aaa111", canary_revision="bbb222",
+    in_flight = InferenceRolloutStatus(stable_revision="aaa1110000", canary_revision="bbb2220000",
                                        canary_weight=20, current_step=0)
     body = {"metadata": {"namespace": "ns", "name": "r", "resourceVersion": "1"},
             "spec": {"notifications": {"events": ["Rollback"]}}, "status": in_flight.to_body()}
@@ -238,4 +238,4 @@ def test_a_rollback_by_the_fail_safe_is_told_too() -> None:
     notice = queued.outgoing.notice
     assert (notice.kind, notice.reason, notice.rolled_back) == ("Rollback", "ReconcileFailed",
                                                                  True)
-    assert "RuntimeError: boom" in notice.message and notice.canary_revision == "bbb222"
+    assert "RuntimeError: boom" in notice.message and notice.canary_revision == "bbb2220000"

@@ -35,8 +35,8 @@ def windows(verdicts: str, started: str | None) -> set[str]:
         "interval": "60s", "verdicts": verdicts,
         "prometheus": {"address": "http://prom:9090", "scrapeInterval": "5s"},
         "metrics": [{"name": "errors", "template": "error-rate", "max": 0.01}]}))
-    status = InferenceRolloutStatus(stable_revision="s1", canary_revision="c1", canary_weight=5,
-                                    current_step=0, step_started_at=started)
+    status = InferenceRolloutStatus(stable_revision="5151515151", canary_revision="c1c1c1c1c1",
+                                    canary_weight=5, current_step=0, step_started_at=started)
     source = Recording()
     deps = Deps(kube=None, post_event=None, now=lambda: T0)  # type: ignore[arg-type]
     deps.sources[("http://prom:9090", 5.0, None)] = source  # type: ignore[assignment]

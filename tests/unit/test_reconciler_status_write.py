@@ -93,11 +93,11 @@ def test_a_reset_map_is_emptied_on_the_server_not_merged_into() -> None:
     """A new release resets ``analysis`` to {}; a plain merge patch of {} deletes nothing, and the
     previous release's Fail would hold the new canary at 0% for ever."""
     old = InferenceRolloutStatus.model_validate({
-        "aborted": True, "canaryRevision": "a1",
+        "aborted": True, "canaryRevision": "a1a1a1a1a1",
         "analysis": {"errors": {"verdict": "Fail", "value": 0.3}},
-        "oldRevisions": {"z9": "2026-12-02T10:00:00Z"}})
+        "oldRevisions": {"f9f9f9f9f9": "2026-12-02T10:00:00Z"}})
     stored = old.to_body()
-    new = InferenceRolloutStatus(canary_revision="b2")
+    new = InferenceRolloutStatus(canary_revision="b2b2b2b2b2")
     kube = Recorder(stored)
     deps = Deps(kube=kube, post_event=None)  # type: ignore[arg-type]
     body = {"metadata": {"namespace": "ns", "name": "r", "resourceVersion": "1"},

@@ -15,6 +15,12 @@ HASH_LENGTH = 10
 MAX_ROLLOUT_NAME = 63 - HASH_LENGTH - 1 - 17
 #: A Service name must be a DNS-1035 label (a letter first), so the rollout's name must start one.
 DNS_1035_LABEL = "^[a-z]([-a-z0-9]*[a-z0-9])?$"
+#: Names of objects the spec refers to (Secrets, ConfigMaps, HTTPRoutes): what Kubernetes accepts
+#: as an object name, so nothing else (``..``, ``/``, ``%``) can reach an API path (paths.py).
+DNS_1123_LABEL = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+DNS_1123_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+#: A revision as the status records it: the template hash's hex characters, nothing else.
+REVISION_PATTERN = f"^[0-9a-f]{{{HASH_LENGTH}}}$"
 
 #: Labels put on every object the operator creates, so PromQL and kubectl can select a revision.
 LABEL_ROLLOUT = f"{GROUP}/rollout"

@@ -288,7 +288,7 @@ def model_schema(model: type[BaseModel]) -> JSON:
 
 _COPIED = (
     "type", "description", "enum", "minimum", "maximum", "minLength", "maxLength", "pattern",
-    "minItems", "maxItems", "required", "x-kubernetes-validations",
+    "minItems", "maxItems", "maxProperties", "required", "x-kubernetes-validations",
 )
 _IGNORED = ("title", "additionalProperties", "properties", "items", "default", "$ref", "anyOf",
             "exclusiveMinimum", "exclusiveMaximum", "const", "$defs")
@@ -385,8 +385,9 @@ def _prose(docstring: str) -> str:
 _ORDER = (
     "description", "type", "nullable", "enum", "default", "minimum", "exclusiveMinimum",
     "maximum", "exclusiveMaximum", "minLength", "maxLength", "pattern", "minItems", "maxItems",
-    "x-kubernetes-list-type", "x-kubernetes-list-map-keys", "x-kubernetes-preserve-unknown-fields",
-    "required", "items", "properties", "additionalProperties", "x-kubernetes-validations",
+    "maxProperties", "x-kubernetes-list-type", "x-kubernetes-list-map-keys",
+    "x-kubernetes-preserve-unknown-fields", "required", "items", "properties",
+    "additionalProperties", "x-kubernetes-validations",
 )
 
 

@@ -12,6 +12,10 @@ SPEC_VALID = "SpecValid"
 SPEC_VALID_MSG = "the release passed validation"
 INVALID_SPEC = "InvalidSpec"
 INVALID_SPEC_MSG = "the release will not receive traffic until fixed: {problems}"
+INVALID_STATUS = "InvalidStatus"
+INVALID_STATUS_MSG = (
+    "the status holds what the operator will not act on, so it does nothing for this rollout "
+    "until fixed (kubectl patch --subresource=status, or delete and recreate): {problems}")
 
 # Available
 STABLE_AVAILABLE = "StableAvailable"

@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema, model_validator
 from pydantic.alias_generators import to_camel
 
+from . import DNS_1123_LABEL, DNS_1123_SUBDOMAIN
 from .duration import DURATION_PATTERN, MAX_DURATION, MAX_LENGTH, cel_rule, parse_duration
 
 
@@ -28,6 +29,18 @@ def _valid_duration(text: str) -> str:
 
 
 DURATION_MAX_LENGTH = MAX_LENGTH
+
+#: The name of an object the spec refers to in the rollout's namespace (a Secret, a ConfigMap, an
+#: HTTPRoute, a Gateway): what Kubernetes accepts as a name, and so never ``..``, ``/`` or ``%``,
+#: which would turn it into another path (inference_rollout.paths builds the paths).
+ObjectName = Annotated[str, Field(min_length=1, max_length=253, pattern=DNS_1123_SUBDOMAIN)]
+#: A key of a Secret's or ConfigMap's data (what Kubernetes accepts there).
+DataKey = Annotated[str, Field(min_length=1, max_length=253, pattern=r"^[-._a-zA-Z0-9]+$")]
+#: A namespace's name (DNS-1123 label).
+NamespaceName = Annotated[str, Field(min_length=1, max_length=63, pattern=DNS_1123_LABEL)]
+#: A Service name that may hold ``{{pool}}`` (EndpointPickerRef): a DNS label once it is replaced.
+SERVICE_TEMPLATE_PATTERN = (r"^([a-z0-9]|\{\{pool\}\})(([-a-z0-9]|\{\{pool\}\})*"
+                            r"([a-z0-9]|\{\{pool\}\}))?$")
 
 #: The JSON schema is given explicitly: pydantic cannot show a pattern that runs after a validator,
 #: and the CRD needs it (and a length bound, which keeps the CEL cost estimates small).  The CEL
@@ -231,12 +244,12 @@ class ModelSpec(Model):
 
 
 class RouteRef(Model):
-    name: str = Field(min_length=1)
+    name: ObjectName
 
 
 class ParentRef(Model):
-    name: str = Field(min_length=1)
-    namespace: str | None = None
+    name: ObjectName
+    namespace: NamespaceName | None = None
     section_name: str | None = None
     group: str | None = None
     kind: str | None = None
@@ -249,7 +262,8 @@ class EndpointPickerRef(Model):
     revision ``name`` may contain ``{{pool}}``, replaced by the pool's name (``<name>-<hash>``).
     """
 
-    name: str = Field(min_length=1, description="The EPP Service; `{{pool}}` = the pool's name.")
+    name: str = Field(min_length=1, max_length=63, pattern=SERVICE_TEMPLATE_PATTERN,
+                      description="The EPP Service; `{{pool}}` = the pool's name.")
     port: int = Field(9002, ge=1, le=65535, description="The EPP Service's port (ext-proc).")
     failure_mode: Literal["FailOpen", "FailClose"] = Field(
         "FailClose", description="What the gateway does when the EPP does not answer.")
@@ -397,8 +411,8 @@ GatewayName = Literal["traefik", "istio", "kgateway"]
 
 
 class SecretKeyRef(Model):
-    name: str = Field(min_length=1)
-    key: str = Field(min_length=1)
+    name: ObjectName
+    key: DataKey
 
 
 #: A Prometheus base URL: http(s), then only the characters a URL may hold unescaped (RFC 3986),
@@ -584,8 +598,8 @@ class AnalysisSpec(Model):
 
 
 class ConfigMapKeyRef(Model):
-    name: str = Field(min_length=1)
-    key: str = Field("cases.jsonl", min_length=1)
+    name: ObjectName
+    key: DataKey = "cases.jsonl"
 
 
 class EvaluationSpec(Model):
@@ -614,7 +628,7 @@ NotificationEvent = Literal["Rollback", "Promotion", "Pause", "InconclusiveLimit
 
 
 class SecretRef(Model):
-    name: str = Field(min_length=1, max_length=253)
+    name: ObjectName
 
 
 class NotificationsSpec(Model):

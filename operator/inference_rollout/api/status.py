@@ -9,14 +9,36 @@ spec and a git-synced manifest never drifts.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 from pydantic.alias_generators import to_camel
+
+from . import HASH_LENGTH, REVISION_PATTERN
 
 Phase = Literal["Healthy", "Progressing", "Paused", "Degraded"]
 Verdict = Literal["Pass", "Fail", "Error", "Inconclusive"]
 ConditionStatus = Literal["True", "False", "Unknown"]
+#: A revision the status names: the template hash, nothing else. The operator derives object names
+#: and API paths from it (``<rollout>-<revision>``), and anyone allowed to steer may write the
+#: status: so the CRD refuses any other value, and a status that holds one (written before this
+#: rule) is ``Valid=False`` and acted on by nothing (reconciler.py).
+Revision = Annotated[str, Field(pattern=REVISION_PATTERN, max_length=64)]
+#: At most this many old revisions wait for their scale-down (each promotion adds one; each goes
+#: after its delay): a bound the CRD's CEL cost estimate needs.
+MAX_OLD_REVISIONS = 100
+#: The CRD cannot put a pattern on map keys: a CEL rule checks them.
+OldRevisions = Annotated[
+    dict[Revision, str],
+    WithJsonSchema({
+        "type": "object", "maxProperties": MAX_OLD_REVISIONS,
+        "additionalProperties": {"type": "string", "maxLength": 64},
+        "x-kubernetes-validations": [{
+            "rule": f"self.all(r, r.matches('{REVISION_PATTERN}'))",
+            "message": "status.oldRevisions: keys must be revisions (the pod template's hash: "
+                       f"{HASH_LENGTH} lower-case hex characters)"}],
+    }),
+]
 
 
 class StatusModel(BaseModel):
@@ -64,7 +86,7 @@ class MetricResult(StatusModel):
 class EvaluationResult(StatusModel):
     """The business evaluation gate's latest result for one canary revision (Principle 11)."""
 
-    revision: str
+    revision: Revision
     canary_score: float | None = Field(None, description="Canary's score, points 0-100.")
     stable_score: float | None = Field(None, description="Stable's score, points 0-100.")
     verdict: Literal["Pass", "Fail", "Error"]
@@ -90,8 +112,8 @@ class Requests(StatusModel):
 class InferenceRolloutStatus(StatusModel):
     phase: Phase | None = None
     observed_generation: int | None = None
-    stable_revision: str | None = None
-    canary_revision: str | None = None
+    stable_revision: Revision | None = None
+    canary_revision: Revision | None = None
     current_step: int | None = Field(None, description="0-based index into spec.strategy.steps.")
     canary_weight: int = 0
     step_entered_at: str | None = Field(
@@ -110,7 +132,7 @@ class InferenceRolloutStatus(StatusModel):
     abort_reason: str | None = None
     aborted_at: str | None = None
     paused_reason: str | None = None
-    old_revisions: dict[str, str] = Field(
+    old_revisions: OldRevisions = Field(
         default_factory=dict,
         description="Revisions to scale down, with the time after which they may go.",
     )

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
+from typing import Any
 
 from pydantic import ValidationError
 
-from ..api import DNS_1035_LABEL
+from ..api import DNS_1035_LABEL, DNS_1123_LABEL, DNS_1123_SUBDOMAIN, REVISION_PATTERN
 from ..api import reasons as r
 from ..api.spec import InferenceRolloutSpec
 from ..api.status import InferenceRolloutStatus
@@ -40,12 +41,29 @@ def problems(spec: InferenceRolloutSpec, name: str) -> list[str]:
     return out
 
 
-def describe_validation_error(error: ValidationError) -> list[str]:
-    """One line per problem: ``spec.<path>: <message>``."""
+#: What a name pattern means, for a person fixing the manifest (the regex says it to no one).
+PATTERN_MEANINGS = {
+    DNS_1123_SUBDOMAIN: "must be the name of an object in the rollout's namespace (lower-case "
+                        "letters, digits, '-' and '.'; no '/' or '..': another namespace's objects "
+                        "cannot be named)",
+    DNS_1123_LABEL: "must be a DNS-1123 label (lower-case letters, digits and '-')",
+    REVISION_PATTERN: "must be a revision (the pod template's hash: lower-case hex); only the "
+                      "operator writes it",
+}
+
+
+def describe_validation_error(error: ValidationError, root: str = "spec") -> list[str]:
+    """One line per problem: ``spec.<path>: <message>`` (or ``status.``)."""
     lines = []
     for e in error.errors():
         path = ".".join(str(p) for p in e["loc"] if p != "__root__")
         msg = str(e["msg"]).removeprefix("Value error, ")
+        meaning = PATTERN_MEANINGS.get(str((e.get("ctx") or {}).get("pattern", "")))
+        if e["type"] == "string_pattern_mismatch" and meaning:
+            msg = f"{str(e['input'])[:80]!r} {meaning}"
+        if root != "spec":
+            lines.append(f"{root}.{path}: {msg}".rstrip(". :"))
+            continue
         lines.append(msg if msg.startswith("spec.") else f"spec.{path}: {msg}".rstrip(". :"))
     return lines
 
@@ -67,6 +85,23 @@ def unparseable_status(
     new.message = message
     new.observed_generation = generation
     return new
+
+
+def unreadable_status_patch(raw: dict[str, Any], found: list[str], generation: int,
+                            now: datetime) -> dict[str, Any]:
+    """The one status write for a status that does not parse (a name where a revision belongs,
+    written by someone allowed to steer before the CRD refused it): ``Valid=False`` naming the
+    field, phase Degraded, and nothing else. The operator then acts on no object the status
+    names, so a malformed status can never become another object's path."""
+    message = r.INVALID_STATUS_MSG.format(problems="; ".join(found))
+    old = [c for c in raw.get("conditions") or [] if isinstance(c, dict)]
+    previous = next((c for c in old if c.get("type") == "Valid"), {})
+    same = previous.get("status") == "False" and previous.get("reason") == r.INVALID_STATUS
+    valid = {"type": "Valid", "status": "False", "reason": r.INVALID_STATUS, "message": message,
+             "lastTransitionTime": previous.get("lastTransitionTime") if same else to_iso(now),
+             "observedGeneration": generation}
+    return {"conditions": [*(c for c in old if c.get("type") != "Valid"), valid],
+            "phase": "Degraded", "message": message}
 
 
 def failed_status(
