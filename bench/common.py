@@ -387,7 +387,7 @@ def histogram(text: str, name: str) -> tuple[int, float, dict[str, int]]:
 class MetricsPoller(Background):
     """Scrape the operator's /metrics every ``period`` seconds and record each increment of one
     histogram.  With a short period most increments are single observations, whose exact value
-    is the increment of ``_sum`` (the text format prints ``%g``: 6 significant digits)."""
+    is the increment of ``_sum`` (prometheus_client prints a float in full: repr)."""
 
     port: int
     name: str

@@ -94,11 +94,9 @@ def run_operator(args: argparse.Namespace) -> int:
     from .notify.delivery import Settings
 
     if args.kubeconfig:  # refused here, not in a traceback from kopf's login or startup
-        from kubernetes.config import ConfigException
-
-        from .kube import load_configuration
+        from .kube import ConfigException, load_configuration
         try:
-            load_configuration(args.kubeconfig)
+            asyncio.run(load_configuration(args.kubeconfig))
         except (ConfigException, OSError, ValueError) as e:
             sys.exit(f"inference-rollout operator: --kubeconfig: {e}")
     handlers.Runtime.kubeconfig = args.kubeconfig
@@ -154,7 +152,7 @@ async def _lead_then_operate(
 
     logging.getLogger("httpx").setLevel(logging.WARNING)  # a Lease poll a second is not news
     timing = Timing(args.lease_duration, args.renew_deadline, args.retry_period)
-    config = load_configuration(args.kubeconfig)
+    config = await load_configuration(args.kubeconfig)
 
     def lease_client() -> Kube:
         # One request may take up to the renew deadline (hold() bounds each attempt by what is

@@ -23,7 +23,7 @@ from typing import Any, ClassVar, cast
 
 import kopf
 from aiohttp import web
-from kubernetes.client import Configuration
+from kubernetes.aio.client import Configuration
 
 from . import deletion_watchdog, operator_metrics
 from .api import GROUP, LABEL_ROLLOUT, PLURAL, VERSION
@@ -102,21 +102,21 @@ def configure(settings: kopf.OperatorSettings) -> None:
 
 
 @kopf.on.login()
-def login(settings: kopf.OperatorSettings, **kwargs: Any) -> kopf.ConnectionInfo | None:
-    """kopf's own client (watches, finalizers, Events) logs in like the operator's client: with
-    ``--kubeconfig`` when given, which kopf's default logins never read (they know only
-    ``$KUBECONFIG``, ``~/.kube/config`` and the pod's ServiceAccount); else kopf's default for
-    the ``kubernetes`` package this operator depends on."""
-    if Runtime.kubeconfig is None:
-        return kopf.login_via_client(settings=settings, **kwargs)
-    return _connection_info(load_configuration(Runtime.kubeconfig), settings)
+async def login(settings: kopf.OperatorSettings, **_: Any) -> kopf.ConnectionInfo | None:
+    """kopf's own client (watches, finalizers, Events) logs in like the operator's client, with
+    the same choice of credentials (``kube.load_configuration``, as kubectl chooses): kopf's
+    default login reads no ``--kubeconfig`` and tries the pod's ServiceAccount *before* a
+    kubeconfig.  kopf logs in again when the API server refuses the credentials (an expired
+    exec-plugin or ServiceAccount token): this runs again and gets a current one."""
+    return await _connection_info(await load_configuration(Runtime.kubeconfig), settings)
 
 
-def _connection_info(cfg: Configuration, settings: kopf.OperatorSettings) -> kopf.ConnectionInfo:
-    """A ``kubernetes`` Configuration as kopf's credentials (as ``kopf.login_via_client`` maps
-    the package's default Configuration)."""
-    header = (cfg.get_api_key_with_prefix("BearerToken")
-              or cfg.get_api_key_with_prefix("authorization"))
+async def _connection_info(cfg: Configuration,
+                           settings: kopf.OperatorSettings) -> kopf.ConnectionInfo:
+    """A ``kubernetes.aio`` Configuration as kopf's credentials (as ``kopf.login_via_client``
+    maps the package's default Configuration)."""
+    header = (await cfg.get_api_key_with_prefix("BearerToken")
+              or await cfg.get_api_key_with_prefix("authorization"))
     scheme, _, token = str(header or "").rpartition(" ")
     return kopf.ConnectionInfo(
         server=cfg.host, ca_path=cfg.ssl_ca_cert, insecure=not cfg.verify_ssl,
@@ -129,7 +129,7 @@ def _connection_info(cfg: Configuration, settings: kopf.OperatorSettings) -> kop
 @kopf.on.startup()
 async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
     configure(settings)
-    kube = Kube(load_configuration(Runtime.kubeconfig))
+    kube = Kube(await load_configuration(Runtime.kubeconfig))
     Runtime.deps = Deps(kube=kube, post_event=_post_event,
                         service_proxy=Runtime.service_proxy,
                         prometheus_allow=Runtime.prometheus_allow,
@@ -150,6 +150,7 @@ async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
 async def _release_before_deletion(body: dict[str, Any]) -> None:
     assert Runtime.deps is not None
     await release_before_deletion(Runtime.deps, body)
+    operator_metrics.forget_rollout(body["metadata"]["namespace"], body["metadata"]["name"])
 
 
 @kopf.on.cleanup()
@@ -226,7 +227,7 @@ async def run_rollout(stopped: kopf.DaemonStopped, name: str, namespace: str | N
         Runtime.wake.pop(key, None)
         Runtime.last_error.pop(key, None)
         Runtime.failures.pop(key, None)
-        operator_metrics.REGISTRY.forget(namespace=namespace, name=name)
+        operator_metrics.forget_rollout(namespace, name)  # deleted (or the operator stops)
 
 
 async def _sleep_or_wake(wake: asyncio.Event, stopped: kopf.DaemonStopped,
@@ -301,3 +302,4 @@ async def on_delete(body: kopf.Body, **_: Any) -> None:
         log.exception("returning traffic to stable before deletion failed")
         if not await fail_safe(deps, dict(body), e):
             raise kopf.TemporaryError(f"returning traffic to stable: {e}", delay=5) from e
+    operator_metrics.forget_rollout(body["metadata"]["namespace"], body["metadata"]["name"])

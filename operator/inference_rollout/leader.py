@@ -8,8 +8,11 @@ and two replicas would move traffic on their own schedules.  So the process camp
 starts kopf (watches, finalizers, daemons) only once it holds the Lease: a standby writes nothing.
 
 The algorithm is client-go's ``leaderelection``: a candidate takes the Lease when its holder has
-not renewed it for ``lease_duration`` *as observed on the candidate's own monotonic clock* (the
-record's timestamps are never compared across machines, so clock skew does not matter).  The
+not renewed it for the *holder's* lease duration (the ``spec.leaseDurationSeconds`` the holder
+wrote, not the candidate's own ``--lease-duration``: replicas configured differently, as during a
+rolling update that changes the flag, must not cut a leader's term short) *as observed on the
+candidate's own monotonic clock* (the record's timestamps are never compared across machines, so
+clock skew does not matter).  The
 leader renews every ``retry_period``; if no renewal succeeds for ``renew_deadline`` (shorter than
 ``lease_duration``), it can no longer prove it is the leader and stops at once (the process
 exits, Kubernetes restarts it as a standby), before any other candidate may take over.  A leader
@@ -87,7 +90,17 @@ class LeaseElector:
     def _record(self, lease: dict[str, Any]) -> tuple[Any, ...]:
         spec = lease.get("spec") or {}
         return (spec.get("holderIdentity"), spec.get("renewTime"),
-                spec.get("leaseTransitions"), lease["metadata"].get("resourceVersion"))
+                spec.get("leaseTransitions"), spec.get("leaseDurationSeconds"),
+                lease["metadata"].get("resourceVersion"))
+
+    def _recorded_duration(self, spec: dict[str, Any]) -> float:
+        """How long the holder's term lasts, as the holder wrote it (client-go reads it from
+        the record too); this replica's own duration only when the record has none."""
+        try:
+            seconds = float(spec["leaseDurationSeconds"])
+        except (KeyError, TypeError, ValueError):
+            return self.timing.lease_duration
+        return seconds if seconds > 0 else self.timing.lease_duration
 
     def _spec(self, previous: dict[str, Any] | None) -> dict[str, Any]:
         now = _now_micro()
@@ -121,8 +134,8 @@ class LeaseElector:
         if record != self._observed:
             self._observed, self._observed_at = record, self.monotonic()
         if holder and holder != self.identity and \
-                self.monotonic() < self._observed_at + self.timing.lease_duration:
-            return False  # held, and renewed within the lease duration as we saw it
+                self.monotonic() < self._observed_at + self._recorded_duration(spec):
+            return False  # held, and renewed within the holder's lease duration as we saw it
         try:
             await self.kube.request("PUT", self.path, {
                 **lease, "spec": self._spec(spec)})
@@ -215,7 +228,7 @@ class Holder(threading.Thread):
 
     async def _hold(self) -> None:
         self._loop, self._stopping = asyncio.get_running_loop(), asyncio.Event()
-        self.elector.kube = self.make_kube()  # an httpx client belongs to the loop it runs on
+        self.elector.kube = self.make_kube()  # an aiohttp session belongs to the loop it runs on
         self._ready.set()
         holding = asyncio.create_task(self.elector.hold())
         stopping = asyncio.create_task(self._stopping.wait())

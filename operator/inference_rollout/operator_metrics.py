@@ -1,7 +1,10 @@
-"""The operator's own Prometheus metrics, in the text exposition format.
+"""The operator's own Prometheus metrics, kept and rendered by ``prometheus_client``.
 
-A deliberately tiny registry (gauges, counters, one kind of histogram) instead of another
-dependency: the operator exports a handful of series, and alerts read them.
+One :class:`Registry` (``REGISTRY``) wraps a ``prometheus_client.CollectorRegistry`` of its own
+(never the library's global one), so the page shows exactly these series, and the library does
+the text format: values as Go prints them (a counter of 1234567 is ``1.234567e+06``, every digit
+kept), label escaping, histogram buckets.  Callers name a metric and its labels at the call
+(``REGISTRY.set(name, value, **labels)``); a metric's label names are fixed by its first use.
 
 * ``inference_rollout_info{namespace,name,phase}`` 1 per rollout (phase as a label, for alerts)
 * ``inference_rollout_step`` / ``inference_rollout_canary_weight`` per rollout
@@ -13,80 +16,125 @@ dependency: the operator exports a handful of series, and alerts read them.
 * ``inference_rollout_decision_to_write_seconds`` histogram: a decision until its writes landed
 * ``inference_rollout_reconcile_lag_seconds`` histogram: how late a due reconcile got its slot
 * ``inference_rollout_reconcile_errors_total{kind}``
+* ``inference_rollout_status_conflicts_total``, ``inference_rollout_notifications_total{kind,
+  result}``
+
+A deleted rollout's series go with it (:func:`forget_rollout`): its gauges and its counters.
 """
 
 from __future__ import annotations
 
-import bisect
-from collections import defaultdict
+import threading
+from collections.abc import Mapping
 
-Labels = tuple[tuple[str, str], ...]
+import prometheus_client
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+# Counters as Prometheus' own clients export them in the text format: ``x_total`` only, without
+# the OpenMetrics ``x_created`` gauge beside each series (the page keeps the series it had).
+prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]
 
 BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
+#: The ``# HELP`` line of each metric (any other name gets a generic one).
+HELP = {
+    "inference_rollout_info": "1 per rollout, its phase as a label",
+    "inference_rollout_step": "the current step (1-based; -1 when none)",
+    "inference_rollout_canary_weight": "the canary's traffic weight in percent",
+    "inference_rollout_analysis_verdicts_total": "analysis verdicts per metric",
+    "inference_rollout_analysis_value": "the latest measured value per metric and revision role",
+    "inference_rollout_rollbacks_total": "rollbacks by reason",
+    "inference_rollout_evaluation_runs_total": "evaluation set runs by verdict",
+    "inference_rollout_evaluation_score": "the latest evaluation score per revision role",
+    "inference_rollout_decision_to_write_seconds": "from a decision until its writes landed",
+    "inference_rollout_reconcile_lag_seconds": "how late a due reconcile got its slot",
+    "inference_rollout_reconcile_errors_total": "reconciles that failed, by error kind",
+    "inference_rollout_status_conflicts_total": "status writes refused for a stale version",
+    "inference_rollout_notifications_total": "notifications by kind and result",
+}
 
-def _fmt(labels: Labels) -> str:
-    if not labels:
-        return ""
-    inner = ",".join(
-        f'{k}="{v.replace(chr(92), chr(92) * 2).replace(chr(34), chr(92) + chr(34))}"'
-        for k, v in labels)
-    return "{" + inner + "}"
-
-
-class Histogram:
-    def __init__(self) -> None:
-        self.counts = [0] * (len(BUCKETS) + 1)
-        self.sum = 0.0
-        self.samples: list[float] = []  # recent values, for benchmarks' percentiles
-
-    def observe(self, value: float) -> None:
-        self.counts[bisect.bisect_left(BUCKETS, value)] += 1
-        self.sum += value
-        self.samples.append(value)
-        if len(self.samples) > 10_000:
-            del self.samples[:5_000]
+LabelNames = tuple[str, ...]
 
 
 class Registry:
+    """Gauges, counters and unlabelled histograms by name, created on first use."""
+
     def __init__(self) -> None:
-        self.gauges: dict[str, dict[Labels, float]] = defaultdict(dict)
-        self.counters: dict[str, dict[Labels, float]] = defaultdict(lambda: defaultdict(float))
-        self.histograms: dict[str, Histogram] = defaultdict(Histogram)
+        self.registry = CollectorRegistry(auto_describe=True)
+        self._lock = threading.Lock()
+        self._gauges: dict[str, tuple[Gauge, LabelNames]] = {}
+        self._counters: dict[str, tuple[Counter, LabelNames]] = {}
+        self._histograms: dict[str, Histogram] = {}
+
+    def _help(self, name: str) -> str:
+        return HELP.get(name, name.replace("_", " "))
+
+    def _gauge(self, name: str, labels: LabelNames) -> Gauge:
+        with self._lock:
+            if name not in self._gauges:
+                self._gauges[name] = (Gauge(name, self._help(name), labels,
+                                            registry=self.registry), labels)
+            gauge, known = self._gauges[name]
+        if known != labels:
+            raise ValueError(f"gauge {name}: labels {labels}, first used with {known}")
+        return gauge
+
+    def _counter(self, name: str, labels: LabelNames) -> Counter:
+        if not name.endswith("_total"):  # the library would export it as name_total
+            raise ValueError(f"counter {name}: a counter's name ends in _total")
+        with self._lock:
+            if name not in self._counters:
+                self._counters[name] = (Counter(name, self._help(name), labels,
+                                                registry=self.registry), labels)
+            counter, known = self._counters[name]
+        if known != labels:
+            raise ValueError(f"counter {name}: labels {labels}, first used with {known}")
+        return counter
 
     def set(self, metric: str, value: float, /, **labels: str) -> None:
-        self.gauges[metric][tuple(sorted(labels.items()))] = value
+        names = tuple(sorted(labels))
+        gauge = self._gauge(metric, names)
+        (gauge.labels(**labels) if names else gauge).set(value)
 
     def inc(self, metric: str, amount: float = 1.0, /, **labels: str) -> None:
-        self.counters[metric][tuple(sorted(labels.items()))] += amount
+        names = tuple(sorted(labels))
+        counter = self._counter(metric, names)
+        (counter.labels(**labels) if names else counter).inc(amount)
 
     def observe(self, name: str, value: float) -> None:
-        self.histograms[name].observe(value)
+        with self._lock:
+            if name not in self._histograms:
+                self._histograms[name] = Histogram(name, self._help(name), buckets=BUCKETS,
+                                                   registry=self.registry)
+            histogram = self._histograms[name]
+        histogram.observe(value)
+
+    @staticmethod
+    def _remove(series: Mapping[str, tuple[Gauge | Counter, LabelNames]],
+                match: dict[str, str]) -> None:
+        for metric, names in list(series.values()):
+            if match and set(match) <= set(names):
+                metric.remove_by_labels(match)
 
     def forget(self, **match: str) -> None:
-        """Drop every gauge series of one rollout (it was deleted)."""
-        for series in self.gauges.values():
-            for key in [k for k in series if set(match.items()) <= set(k)]:
-                del series[key]
+        """Drop every gauge series carrying these labels (a rollout's gauges, rewritten on each
+        reconcile so that an old phase or revision does not linger)."""
+        self._remove(self._gauges, match)
+
+    def forget_rollout(self, namespace: str, name: str) -> None:
+        """Drop every series of one rollout, gauges and counters: it was deleted."""
+        match = {"namespace": namespace, "name": name}
+        self._remove(self._gauges, match)
+        self._remove(self._counters, match)
 
     def render(self) -> str:
-        lines: list[str] = []
-        for name, series in sorted(self.gauges.items()):
-            lines.append(f"# TYPE {name} gauge")
-            lines += [f"{name}{_fmt(k)} {v:g}" for k, v in sorted(series.items())]
-        for name, series in sorted(self.counters.items()):
-            lines.append(f"# TYPE {name} counter")
-            lines += [f"{name}{_fmt(k)} {v:g}" for k, v in sorted(series.items())]
-        for name, h in sorted(self.histograms.items()):
-            lines.append(f"# TYPE {name} histogram")
-            running = 0
-            for bound, count in zip(BUCKETS, h.counts, strict=False):
-                running += count
-                lines.append(f'{name}_bucket{{le="{bound:g}"}} {running}')
-            lines.append(f'{name}_bucket{{le="+Inf"}} {sum(h.counts)}')
-            lines.append(f"{name}_sum {h.sum:g}")
-            lines.append(f"{name}_count {sum(h.counts)}")
-        return "\n".join(lines) + "\n"
+        """The text exposition format (``text/plain; version=0.0.4``)."""
+        return generate_latest(self.registry).decode()
 
 
 REGISTRY = Registry()
+
+
+def forget_rollout(namespace: str, name: str) -> None:
+    """The rollout ``namespace/name`` was deleted: its series leave the operator's page."""
+    REGISTRY.forget_rollout(namespace, name)

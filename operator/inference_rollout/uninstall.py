@@ -62,7 +62,7 @@ async def release_finalizers(kube: Kube, namespaces: list[str] | None) -> tuple[
 def run(namespaces: list[str] | None, kubeconfig: str | None) -> int:
     """The command: 0 when nothing marked for deletion is left holding the finalizer."""
     async def main() -> tuple[list[str], int]:
-        kube = Kube(load_configuration(kubeconfig))
+        kube = Kube(await load_configuration(kubeconfig))
         try:
             return await release_finalizers(kube, namespaces)
         finally:

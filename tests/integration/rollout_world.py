@@ -29,16 +29,16 @@ def rollout(name: str, image: str = "v1",
         strategy={"steps": STEPS, "abortScaleDownDelay": "1h", "scaleDownDelay": "1h"})
 
 
-def kube_for(cp: ControlPlane, user: str = "admin") -> Kube:
-    return Kube(load_configuration(str(cp.kubeconfig(user))))
+async def kube_for(cp: ControlPlane, user: str = "admin") -> Kube:
+    return Kube(await load_configuration(str(cp.kubeconfig(user))))
 
 
 async def no_events(_body: dict[str, Any], _event: RecordEvent) -> None:
     return None
 
 
-def deps_for(cp: ControlPlane, user: str = "admin") -> Deps:
-    return Deps(kube=kube_for(cp, user), post_event=no_events)
+async def deps_for(cp: ControlPlane, user: str = "admin") -> Deps:
+    return Deps(kube=await kube_for(cp, user), post_event=no_events)
 
 
 async def create_namespace(kube: Kube, ns: str) -> None:

@@ -50,14 +50,14 @@ def test_a_stale_advance_never_overwrites_another_replicas_abort(
     ns, name = "fence-abort", "chat"
 
     async def story() -> tuple[dict[str, Any], dict[str, int], str]:
-        setup = deps_for(control_plane)
+        setup = await deps_for(control_plane)
         held = await release_at_first_step(setup, ns, name)
         canary = held["status"]["canaryRevision"]
         await asyncio.sleep(1.2)  # the first step's 1 s hold is over: A will decide to advance
         await mark_ready(setup.kube, ns)
         stale = await read(setup.kube, ns, name)  # what replica A read
 
-        replica_b = deps_for(control_plane, "replica-b")
+        replica_b = await deps_for(control_plane, "replica-b")
 
         async def b_aborts() -> None:
             await setup.kube.merge_patch(rollout_path(ns, name).sub("status"),
@@ -65,7 +65,7 @@ def test_a_stale_advance_never_overwrites_another_replicas_abort(
             after = await reconcile_b(replica_b, ns, name)
             assert after["status"]["aborted"] is True, after["status"]
 
-        replica_a = deps_for(control_plane, "replica-a")
+        replica_a = await deps_for(control_plane, "replica-a")
         replica_a.kube = AbortBeforeMyStatusWrite(replica_a.kube, b_aborts)
         await reconcile(replica_a, stale)
         assert replica_a.kube.fired, "replica A never wrote a status: it did not decide to advance"

@@ -31,7 +31,7 @@ def test_a_rollout_left_behind_by_the_operator_is_released_traffic_first(
     routes = ns_path("gateway.networking.k8s.io", "v1", ns, "httproutes")
 
     async def setup() -> tuple[str, str]:
-        deps = deps_for(control_plane)
+        deps = await deps_for(control_plane)
         await create_namespace(deps.kube, ns)
         await deps.kube.create(routes, {
             "apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
@@ -49,7 +49,7 @@ def test_a_rollout_left_behind_by_the_operator_is_released_traffic_first(
                  "--kubeconfig", str(control_plane.kubeconfig())]) == 0
 
     async def after() -> None:
-        deps = deps_for(control_plane)
+        deps = await deps_for(control_plane)
         assert await deps.kube.get_or_none(rollout_path(ns, "chat")) is None, "still there"
         route = await deps.kube.get(
             ns_path("gateway.networking.k8s.io", "v1", ns, "httproutes", "chat-route"))

@@ -43,9 +43,9 @@ class Operator:
 
     def __init__(self, cp: ControlPlane, namespace: str) -> None:
         self.ns = namespace
-        self.kube = kube_for(cp)
-        self.events: list[RecordEvent] = []
         self.loop = asyncio.new_event_loop()
+        self.kube = self.loop.run_until_complete(kube_for(cp))
+        self.events: list[RecordEvent] = []
 
         async def post(_body: dict[str, Any], event: RecordEvent) -> None:
             self.events.append(event)
@@ -151,7 +151,7 @@ def released(op: Operator, route_status: str | None = None,
     """The first revision Healthy, then a new template with its canary's pods Ready: returns
     (stable, canary) right after the canary's 20% was written."""
     doc = manifest("m1", route_status)
-    op.run(op.kube.create(rollout_path(op.ns, "").rstrip("/"), doc))
+    op.run(op.kube.create(rollout_path(op.ns), doc))
     op.reconcile()
     stable = op.status["stableRevision"]
     op.ready(stable)
@@ -272,7 +272,7 @@ def test_required_waits_for_a_gateway_that_writes_no_status(op: Operator) -> Non
     """Under Required a silent gateway gives the canary no traffic at all: the first weight
     waits for the gateway to accept the 0% route that brought the canary's Service in."""
     doc = manifest("m1", "Required")
-    op.run(op.kube.create(rollout_path(op.ns, "").rstrip("/"), doc))
+    op.run(op.kube.create(rollout_path(op.ns), doc))
     op.reconcile()
     op.ready(op.status["stableRevision"])
     op.reconcile()
@@ -294,7 +294,7 @@ def test_required_waits_for_a_gateway_that_writes_no_status(op: Operator) -> Non
 
 def healthy(op: Operator) -> str:
     """The first revision Healthy (the gateway answering every route write); its hash."""
-    op.run(op.kube.create(rollout_path(op.ns, "").rstrip("/"), manifest("m1")))
+    op.run(op.kube.create(rollout_path(op.ns), manifest("m1")))
     op.reconcile()
     stable = str(op.status["stableRevision"])
     op.ready(stable)

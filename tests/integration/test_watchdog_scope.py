@@ -23,7 +23,7 @@ pytestmark = pytest.mark.integration
 
 def test_a_deleted_namespace_never_served_is_swept(control_plane: ControlPlane) -> None:
     async def scenario() -> tuple[set[str], list[str], dict[str, object] | None]:
-        deps = deps_for(control_plane)
+        deps = await deps_for(control_plane)
         kube = deps.kube
         for ns in ("wd-gone", "wd-other-1", "wd-live"):
             await create_namespace(kube, ns)

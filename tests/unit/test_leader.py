@@ -79,6 +79,49 @@ def test_a_standby_takes_the_lease_only_after_it_went_unrenewed_for_its_duration
     assert not asyncio.run(a.try_acquire_or_renew())  # a returning does not take it back
 
 
+def test_a_standby_waits_out_the_duration_the_leader_recorded_not_its_own() -> None:
+    # client-go's rule: the term is the holder's spec.leaseDurationSeconds.  A standby started
+    # with a shorter --lease-duration (3 s) must not cut the leader's 8 s term short, and one
+    # with a longer flag (20 s) must not leave a dead leader's Lease untaken past its 8 s.
+    api, clock = OneLease(), Clock()
+    a = elector(api, clock, "a")  # lease duration 8
+    short = LeaseElector(api, "ops", "ir", "short", Timing(3, 2, 1),  # type: ignore[arg-type]
+                         monotonic=clock)
+    long = LeaseElector(api, "ops", "ir", "long", Timing(20, 5, 1),  # type: ignore[arg-type]
+                        monotonic=clock)
+    assert asyncio.run(a.try_acquire_or_renew())
+    assert api.lease is not None and api.lease["spec"]["leaseDurationSeconds"] == 8
+    assert not asyncio.run(short.try_acquire_or_renew())
+    assert not asyncio.run(long.try_acquire_or_renew())
+    clock.t += 5  # past the short standby's own 3 s, within the leader's recorded 8 s
+    assert not asyncio.run(short.try_acquire_or_renew())
+    assert api.lease["spec"]["holderIdentity"] == "a"
+    clock.t += 3.1  # 8.1 s without a renewal: the leader's term is over
+    assert asyncio.run(long.try_acquire_or_renew())
+    assert api.lease["spec"]["holderIdentity"] == "long"
+    assert api.lease["spec"]["leaseDurationSeconds"] == 20  # the new holder's own term
+    clock.t += 8.1  # "short" first sees the new record now: its 20 s count from here
+    assert not asyncio.run(short.try_acquire_or_renew())
+    clock.t += 19.9
+    assert not asyncio.run(short.try_acquire_or_renew())
+    clock.t += 0.2
+    assert asyncio.run(short.try_acquire_or_renew())
+
+
+def test_a_record_without_a_duration_falls_back_to_the_candidates_own() -> None:
+    api, clock = OneLease(), Clock()
+    a, b = elector(api, clock, "a"), elector(api, clock, "b")
+    assert asyncio.run(a.try_acquire_or_renew())
+    assert api.lease is not None
+    spec = {k: v for k, v in api.lease["spec"].items() if k != "leaseDurationSeconds"}
+    api._store({**api.lease, "spec": spec})
+    assert not asyncio.run(b.try_acquire_or_renew())
+    clock.t += 7.9
+    assert not asyncio.run(b.try_acquire_or_renew())
+    clock.t += 0.2
+    assert asyncio.run(b.try_acquire_or_renew())
+
+
 def test_a_released_lease_is_taken_at_once() -> None:
     api, clock = OneLease(), Clock()
     a, b = elector(api, clock, "a"), elector(api, clock, "b")

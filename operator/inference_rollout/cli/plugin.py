@@ -87,7 +87,7 @@ def _namespace(arg: str | None, kubeconfig: str | None) -> str:
 async def _run(args: argparse.Namespace) -> int:
     ns = _namespace(args.namespace, args.kubeconfig)
     try:
-        kube = Kube(load_configuration(args.kubeconfig))
+        kube = Kube(await load_configuration(args.kubeconfig))
     except Exception as e:
         raise CliError(f"no cluster: cannot load kubeconfig ({e})") from e
     try:
