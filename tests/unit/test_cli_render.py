@@ -3,6 +3,8 @@ sequential verdict under the metric's row."""
 
 from __future__ import annotations
 
+import unicodedata
+
 from inference_rollout.cli.render import render_rollout
 
 
@@ -35,3 +37,26 @@ def test_get_shows_a_route_the_gateway_rejected() -> None:
     lines = render_rollout(body).splitlines()
     assert f"RouteAccepted: RouteRejected: {message}" in lines
     assert not any("RoutePending" in line for line in lines)
+
+
+def test_nothing_from_the_cluster_reaches_the_terminal_as_a_control_character() -> None:
+    """Issue 29: a status message (or an Event) with escape sequences or a newline drew a fake
+    'Healthy' on the viewer's terminal."""
+    fake = "ok\x1b[2J\x1b[H\nPhase:     Healthy\u202e\x9b31m"
+    body = {"metadata": {"namespace": "prod", "name": "chat"}, "status": {
+        "phase": "Degraded", "message": fake, "analysis": {"e\x1b]0;x\x07": {"verdict": "Fail"}},
+        "conditions": [{"type": "Valid", "status": "False", "reason": "X", "message": fake}]}}
+    view = render_rollout(body)
+    assert not any(unicodedata.category(c)[0] == "C" for c in view if c != "\n")
+    assert [line for line in view.splitlines() if line.startswith("Phase:")] == [
+        "Phase:     Degraded"]
+    assert "ok\\x1b[2J\\x1b[H\\x0aPhase:     Healthy\\u202e\\x9b31m" in view
+
+
+def test_a_plot_title_is_never_math_text() -> None:
+    """Issue 29: a Prometheus address like ``http://$x_$`` in the weights' source raised in
+    matplotlib's math parser and stopped the report."""
+    from inference_rollout.cli.release_html import _svg
+
+    svg = _svg(lambda ax: ax.set_title("events; Prometheus http://p/$x_$ failed: $\\frac$"))
+    assert svg.startswith("<svg")

@@ -30,7 +30,7 @@ from ..kube import Kube, KubeError, load_configuration
 from ..paths import ApiPath, ns_path, rollout_path
 from . import drill, report
 from .offline import add_offline_commands
-from .render import render_rollout
+from .render import printable_values, render_rollout
 
 REQUEST_OF_VERB = {"abort": "abort", "retry": "retry", "pause": "pause", "resume": "resume"}
 
@@ -141,7 +141,7 @@ async def _watch(kube: Kube, path: ApiPath, ns: str, args: argparse.Namespace) -
                         key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")[-5:]
         view = render_rollout(body) + "\nRecent events:\n" + "\n".join(
             f"  {e.get('type', ''):<8} {e.get('reason', ''):<24} {e.get('message', '')}"
-            for e in recent)
+            for e in printable_values(recent))
         print(("\x1b[H\x1b[2J" if tty else "\n") + view, flush=True)
         st = body.get("status") or {}
         current = st.get("observedGeneration") == body["metadata"].get("generation")

@@ -32,14 +32,18 @@ def _svg(draw: Callable[[Axes], None], height: float = 3.0) -> str:
     import matplotlib.dates as mdates
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(10, height))
-    draw(ax)
-    ax.xaxis.set_major_formatter(mdates.DateFormatter("%H:%M:%S"))  # type: ignore[no-untyped-call]
-    ax.grid(True, alpha=0.3)
-    fig.autofmt_xdate()
-    buf = io.StringIO()
-    fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})
-    plt.close(fig)
+    # Titles and labels hold text from the rollout (metric names, a Prometheus address in an
+    # error): never parsed as math text, where `$x_$` raised and stopped the report.
+    with matplotlib.rc_context({"text.parse_math": False, "text.usetex": False}):
+        fig, ax = plt.subplots(figsize=(10, height))
+        draw(ax)
+        ax.xaxis.set_major_formatter(
+            mdates.DateFormatter("%H:%M:%S"))  # type: ignore[no-untyped-call]
+        ax.grid(True, alpha=0.3)
+        fig.autofmt_xdate()
+        buf = io.StringIO()
+        fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})
+        plt.close(fig)
     text = buf.getvalue()
     return text[text.index("<svg"):]  # drop the XML prolog: inline SVG
 

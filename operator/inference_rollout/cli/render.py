@@ -2,7 +2,30 @@
 
 from __future__ import annotations
 
+import unicodedata
 from typing import Any
+
+
+def printable(text: str) -> str:
+    """``text`` with every control and format character shown escaped (``\\x1b``, ``\\n``,
+    ``\\u202e``). Status messages, metric names and Events come from the cluster, where anyone who
+    may write a status or an Event could otherwise draw on the viewer's terminal: clear it, move
+    the cursor, start a fake line ``Phase: Healthy``, reverse text with a bidi override."""
+    return "".join(
+        c if unicodedata.category(c)[0] != "C"
+        else (f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}")
+        for c in text)
+
+
+def printable_values(obj: Any) -> Any:
+    """``obj`` (a rollout, an Event) with every string in it, keys too, made :func:`printable`."""
+    if isinstance(obj, str):
+        return printable(obj)
+    if isinstance(obj, dict):
+        return {printable_values(k): printable_values(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [printable_values(v) for v in obj]
+    return obj
 
 
 def _bar(weight: int, width: int = 20) -> str:
@@ -11,6 +34,7 @@ def _bar(weight: int, width: int = 20) -> str:
 
 
 def render_rollout(body: dict[str, Any]) -> str:
+    body = printable_values(body)
     meta, spec, st = body["metadata"], body.get("spec", {}), body.get("status") or {}
     steps = (spec.get("strategy") or {}).get("steps") or [
         {"weight": 5}, {"weight": 20}, {"weight": 50}, {"weight": 100}]

@@ -24,8 +24,10 @@ def add_arguments(report: argparse.ArgumentParser) -> None:
     report.add_argument("-o", "--output", default="release.html", metavar="FILE",
                         help="where to write the page (default release.html; - for stdout)")
     report.add_argument("--prometheus", metavar="URL", default=None,
-                        help="a Prometheus that scrapes the operator (default: the rollout's "
-                             "spec.analysis.prometheus.address)")
+                        help="a Prometheus that scrapes the operator, to plot its series "
+                             "(default: none, the page is drawn from the Events). Never taken "
+                             "from the rollout's spec: that address is the rollout author's "
+                             "choice, and the report runs on the viewer's machine")
     report.add_argument("--since", metavar="DURATION", default=None,
                         help="report this window (e.g. 3h) instead of the release's Events "
                              "(they expire after about an hour)")
@@ -44,8 +46,7 @@ async def write_report(kube: Kube, ns: str, args: argparse.Namespace) -> str:
                          "pip install 'inference-rollout[report]' (or matplotlib)")
     body = await kube.get(rollout_path(ns, args.name))
     items = await rollout_events(kube, ns, args.name)
-    prom = args.prometheus or (((body.get("spec") or {}).get("analysis") or {})
-                               .get("prometheus") or {}).get("address")
+    prom = args.prometheus  # explicit only: see --prometheus
     now = datetime.now(UTC)
     since = now - timedelta(seconds=parse_duration(args.since)) if args.since else None
     try:
