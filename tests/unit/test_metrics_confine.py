@@ -118,6 +118,15 @@ def test_placeholders_produce_confined_queries_unchanged() -> None:
     ("x" * (MAX_QUERY_LENGTH + 1), "characters long"),
     ("-" * (MAX_OPERATORS + 1) + "up", f"more than {MAX_OPERATORS} brackets and operators"),
     ("+".join(["up"] * (MAX_OPERATORS + 2)), "brackets and operators"),
+    # issue 29: 12 KB of chained comparisons overflowed the parser's stack (SIGSEGV: the whole
+    # operator, again after every restart); comparisons and word operators count too
+    (" > ".join(["up"] * 3000), "brackets and operators"),
+    (" >= ".join(["up"] * (MAX_OPERATORS + 2)), "brackets and operators"),
+    (" == bool ".join(["up"] * (MAX_OPERATORS + 2)), "brackets and operators"),
+    (" != ".join(["up"] * (MAX_OPERATORS + 2)), "brackets and operators"),
+    (" and ".join(["up"] * (MAX_OPERATORS + 2)), "brackets and operators"),
+    (" OR ".join(["up"] * (MAX_OPERATORS + 2)), "brackets and operators"),
+    (" unless ".join(["up"] * (MAX_OPERATORS + 2)), "brackets and operators"),
 ])
 def test_what_cannot_be_confined_is_rejected(query: str, message: str) -> None:
     with pytest.raises(ConfinementError, match=message):
@@ -130,13 +139,23 @@ def test_the_largest_accepted_queries_confine_fast_enough_for_the_event_loop() -
     # accepted query small.
     n = MAX_OPERATORS
     worst = ["-" * n + "up", "(" * n + "up" + ")" * n, "+".join(["up"] * (n + 1)),
-             "sum(" * (n // 2) + "up" + ")" * (n // 2)]
+             "sum(" * (n // 2) + "up" + ")" * (n // 2), " > ".join(["up"] * (n + 1)),
+             " or ".join(["up"] * (n + 1))]
     # CPU time of this thread, not wall time: the claim is about work done while holding the
     # loop, and wall time on a shared 2-core machine at load 18 failed this test with no change.
     for query in worst:
         start = time.thread_time()
         assert_confined(confine(query, NS))
         assert time.thread_time() - start < 0.5, query[:20]
+
+
+def test_matchers_in_selectors_are_not_operators() -> None:
+    """A selector's ``=``, ``!=``, ``=~`` and a label called ``or`` are not operators: the
+    built-in templates, dense with matchers, stay far inside the bound."""
+    from inference_rollout.metrics.confine import _operators
+
+    assert _operators('x{a="1",b!="2",c=~"3",or="4",unless!~"5"}') == 1  # the brace
+    assert _operators("x != y and z > 1") == 3
 
 
 def test_brackets_in_strings_and_comments_do_not_count() -> None:

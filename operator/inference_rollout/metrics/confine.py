@@ -28,8 +28,9 @@ Bounds: the parser is a native extension that holds the event loop (and the GIL)
 takes time quadratic in the nesting (0.35-0.6 s for 2000 nested unary minuses) and overflows its
 stack (a segfault of the whole operator) at about 8000 levels; its ``walk`` is slower still
 (cubic: 400 nested parentheses took 5 s).  So a query to confine is at most
-:data:`MAX_QUERY_LENGTH` characters with at most :data:`MAX_OPERATORS` brackets and operator
-symbols outside its strings and comments (counted before parsing), the tree is walked here
+:data:`MAX_QUERY_LENGTH` characters with at most :data:`MAX_OPERATORS` brackets and operators --
+arithmetic, comparison and word operators -- outside its strings and comments (counted before
+parsing), the tree is walked here
 (iteratively), and answers -- refusals included -- are cached: the same queries come back every
 analysis interval.
 """
@@ -53,6 +54,8 @@ MAX_QUERY_LENGTH = 16384  # the error-rate template: ~3,500 with a 60-character 
 #: Brackets and operator symbols outside strings and comments: what the parser's time grows with.
 MAX_OPERATORS = 200
 _OPERATOR_CHARS = frozenset("([{-+*/%^")
+#: Binary operators written as words (PromQL's set operators, and atan2).
+_WORD_OPERATORS = frozenset({"and", "or", "unless", "atan2"})
 #: Functions that read series other than their arguments' (info() joins target_info series of any
 #: namespace by instance/job): no confinement of selectors can bound them.
 UNCONFINABLE_FUNCTIONS = frozenset({"info"})
@@ -86,7 +89,8 @@ def _confine(query: str, namespace: str) -> str:
         raise ConfinementError(f"the query is {len(query)} characters long; queries are confined "
                                f"to a namespace only up to {MAX_QUERY_LENGTH}")
     if _operators(query) > MAX_OPERATORS:
-        raise ConfinementError(f"the query has more than {MAX_OPERATORS} brackets and operators; "
+        raise ConfinementError(f"the query has more than {MAX_OPERATORS} brackets and operators "
+                               "(comparisons and and/or/unless included); "
                                "queries that large are not confined (split it into metrics)")
     tree = _parse(query, "the query does not parse as PromQL")
     if not _check(tree, namespace):
@@ -102,9 +106,13 @@ def _confine(query: str, namespace: str) -> str:
 
 
 def _operators(query: str) -> int:
-    """Brackets and operator symbols outside string literals and ``#`` comments (PromQL's
-    lexical rules: "…" and '…' with backslash escapes, `…` raw)."""
-    count, i, n = 0, 0, len(query)
+    """The operators of a query, counted as PromQL's lexer reads it (outside string literals --
+    "…" and '…' with backslash escapes, `…` raw -- and ``#`` comments): brackets, arithmetic,
+    comparisons (``>``, ``<``, ``>=``, ``<=``, ``==``, and ``!=`` outside a selector's braces)
+    and the word operators ``and``, ``or``, ``unless``, ``atan2``. Each makes the parser nest
+    once more: 12 KB of chained ``>`` alone overflowed its stack and killed the operator, when
+    only brackets and arithmetic were counted (issue 29)."""
+    count, i, n, braces = 0, 0, len(query), 0
     while i < n:
         c = query[i]
         if c in "\"'`":
@@ -114,8 +122,24 @@ def _operators(query: str) -> int:
         elif c == "#":
             while i < n and query[i] != "\n":
                 i += 1
+        elif c.isalpha() or c == "_":
+            j = i
+            while j < n and (query[j].isalnum() or query[j] in "_:"):
+                j += 1
+            if braces == 0 and query[i:j].lower() in _WORD_OPERATORS:
+                count += 1
+            i = j
+            continue
         elif c in _OPERATOR_CHARS:
             count += 1
+            braces += c == "{"
+        elif c == "}":
+            braces = max(0, braces - 1)
+        elif c in "<>":
+            count += 1
+        elif c in "=!" and query[i + 1:i + 2] == "=" and braces == 0:
+            count += 1
+            i += 1
         i += 1
     return count
 
