@@ -415,7 +415,9 @@ async def _evaluate(deps: Deps, spec: InferenceRolloutSpec, status: InferenceRol
     if text is None:
         return EvaluationOutcome(canary, error=f"ConfigMap {ref.name} has no key {ref.key!r}")
     try:
-        cases = parse_cases(text, ev.sample_size)
+        # off the event loop: checking a large case list's patterns takes time, and every
+        # tenant's reconciles wait on the loop
+        cases = await asyncio.to_thread(parse_cases, text, ev.sample_size)
         model = served_model(spec.template)
         stable_state = world_revisions.get(stable)
         stable_port = (stable_state.port if stable_state and stable_state.port

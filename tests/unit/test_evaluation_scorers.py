@@ -145,3 +145,25 @@ def test_a_deeply_nested_reply_is_not_json_valid_rather_than_a_crash() -> None:
     nested = "[" * 100_000 + "]" * 100_000
     assert score("json-valid", nested) is False
     assert score("json-schema", nested, schema={"type": "array"}) is False
+
+
+def test_a_costly_pattern_is_refused_quickly_naming_why() -> None:
+    """Issue 29: 40 lines of (\\pL|\\pN){300} stalled every tenant 14.8 s; each is now refused
+    by RE2's memory bound in milliseconds, naming the line and the fix."""
+    line = json.dumps({"prompt": "p", "scorer": "regex", "expected": r"(\pL|\pN){300}"})
+    start = time.thread_time()
+    with pytest.raises(CasesError, match=r"line 1: .*too large.*MiB"):
+        parse_cases("\n".join([line] * 40))
+    assert time.thread_time() - start < 0.5
+
+
+def test_a_case_list_holds_a_bounded_number_of_patterns_and_is_read_once() -> None:
+    from inference_rollout.evaluation import cases as c
+
+    line = json.dumps({"prompt": "p", "scorer": "regex", "expected": "a+"})
+    with pytest.raises(c.CasesError, match=f"more than {c.MAX_REGEX_CASES} regex cases"):
+        c.parse_cases("\n".join([line] * (c.MAX_REGEX_CASES + 1)))
+    text = "\n".join([line] * 3)
+    first = c.parse_cases(text, 2)
+    hits = c._parse_cases.cache_info().hits
+    assert c.parse_cases(text, 2) == first and c._parse_cases.cache_info().hits == hits + 1

@@ -9,6 +9,7 @@ lines and lines starting with ``#`` are skipped.  A bad line is an error naming 
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +21,9 @@ DEFAULT_MAX_TOKENS = 256
 #: chat messages are a few levels deep).
 MAX_CASE_DEPTH = 32
 _KEYS = frozenset({"prompt", "messages", "expected", "scorer", "schema", "maxTokens", "id"})
+#: Regular expressions one case list may hold (each is compiled when the list is read: at most
+#: about 0.05 s each, see scorers.MAX_REGEX_MEMORY). As many as the largest sample.
+MAX_REGEX_CASES = 1000
 
 
 class CasesError(ValueError):
@@ -86,8 +90,28 @@ def _case(line: int, doc: Any) -> Case:
 
 def parse_cases(text: str, sample_size: int | None = None) -> list[Case]:
     """The first ``sample_size`` cases of ``text`` (deterministic: file order).  Every line is
-    checked, also those beyond the sample, so a broken set is reported before it is needed."""
+    checked, also those beyond the sample, so a broken set is reported before it is needed.
+    Read once per content: the same ConfigMap comes back at every evaluation, and checking its
+    patterns is the costly part (the reconciler calls this off the event loop)."""
+    cases, refusal = _parse_cases(text, sample_size)
+    if refusal is not None:
+        raise CasesError(refusal)
+    return list(cases)
+
+
+@functools.lru_cache(maxsize=8)
+def _parse_cases(text: str, sample_size: int | None) -> tuple[tuple[Case, ...], str | None]:
+    """(cases, None) or ((), why): a refusal is remembered too, or a list that fails late
+    would have its patterns compiled again at every evaluation."""
+    try:
+        return _read_cases(text, sample_size), None
+    except CasesError as e:
+        return (), str(e)
+
+
+def _read_cases(text: str, sample_size: int | None) -> tuple[Case, ...]:
     cases: list[Case] = []
+    patterns = 0
     for number, raw in enumerate(text.splitlines(), start=1):
         line = raw.strip()
         if not line or line.startswith("#"):
@@ -96,7 +120,12 @@ def parse_cases(text: str, sample_size: int | None = None) -> list[Case]:
             doc = loads(line.encode(), max_depth=MAX_CASE_DEPTH)
         except MalformedJSON as e:
             raise CasesError(f"line {number}: {e}") from None
+        if isinstance(doc, dict) and doc.get("scorer") == "regex":
+            patterns += 1
+            if patterns > MAX_REGEX_CASES:
+                raise CasesError(f"line {number}: more than {MAX_REGEX_CASES} regex cases; "
+                                 "a case list may hold at most that many")
         cases.append(_case(number, doc))
     if not cases:
         raise CasesError("no cases (one JSON object per line)")
-    return cases if sample_size is None else cases[:sample_size]
+    return tuple(cases if sample_size is None else cases[:sample_size])
