@@ -127,6 +127,11 @@ def test_placeholders_produce_confined_queries_unchanged() -> None:
     (" and ".join(["up"] * (MAX_OPERATORS + 2)), "brackets and operators"),
     (" OR ".join(["up"] * (MAX_OPERATORS + 2)), "brackets and operators"),
     (" unless ".join(["up"] * (MAX_OPERATORS + 2)), "brackets and operators"),
+    # issue 29: confined but costly; kept the shared Prometheus busy after both timeouts
+    ("max_over_time(rate(up[5m])[30d:1ms])", r"evaluates 2,592,000,000 points; at most 11,000"),
+    ("max_over_time(up[1d:5s])", r"evaluates 17,280 points"),
+    ("max_over_time(up[10m:100ms])", r"each step at least 1s"),
+    ("rate(up[60d])", r"a range of 60d; at most 31d"),
 ])
 def test_what_cannot_be_confined_is_rejected(query: str, message: str) -> None:
     with pytest.raises(ConfinementError, match=message):
@@ -147,6 +152,12 @@ def test_the_largest_accepted_queries_confine_fast_enough_for_the_event_loop() -
         start = time.thread_time()
         assert_confined(confine(query, NS))
         assert time.thread_time() - start < 0.5, query[:20]
+
+
+def test_ranges_and_subqueries_within_the_bounds_are_confined() -> None:
+    for query in ("max_over_time(rate(up[5m])[1h:1m])", "max_over_time(up[3h:1s])",
+                  "rate(up[31d])", "max_over_time(up[5m:])"):
+        assert_confined(confine(query, NS))
 
 
 def test_matchers_in_selectors_are_not_operators() -> None:

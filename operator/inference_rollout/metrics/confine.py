@@ -56,6 +56,10 @@ MAX_OPERATORS = 200
 _OPERATOR_CHARS = frozenset("([{-+*/%^")
 #: Binary operators written as words (PromQL's set operators, and atan2).
 _WORD_OPERATORS = frozenset({"and", "or", "unless", "atan2"})
+#: What one range or subquery may ask of the shared Prometheus (:func:`_check_cost`).
+MAX_RANGE = timedelta(days=31)
+MIN_SUBQUERY_STEP = timedelta(seconds=1)
+MAX_SUBQUERY_POINTS = 11_000
 #: Functions that read series other than their arguments' (info() joins target_info series of any
 #: namespace by instance/job): no confinement of selectors can bound them.
 UNCONFINABLE_FUNCTIONS = frozenset({"info"})
@@ -187,6 +191,8 @@ def _check(tree: Any, namespace: str) -> bool:
         if isinstance(e, pp.Call) and e.func.name in UNCONFINABLE_FUNCTIONS:
             raise ConfinementError(f"{e.func.name}() reads series of every namespace; it cannot "
                                    "be used while the operator confines queries")
+        if isinstance(e, pp.SubqueryExpr | pp.MatrixSelector):
+            _check_cost(e)
         if isinstance(e, pp.VectorSelector):
             for group in _groups(e.matchers):
                 equal = [m.value for m in group if m.name == NAMESPACE and _is(m, "Equal")]
@@ -198,6 +204,21 @@ def _check(tree: Any, namespace: str) -> bool:
                         "{{selector}}")
                 missing = missing or not equal
     return missing
+
+
+def _check_cost(e: Any) -> None:
+    """A range or subquery the shared Prometheus can answer within reason: a confined but costly
+    ``[30d:1ms]`` kept it busy after both timeouts had given up on the answer (issue 29)."""
+    if e.range is not None and e.range > MAX_RANGE:
+        raise ConfinementError(f"a range of {_duration(e.range)}; at most "
+                               f"{_duration(MAX_RANGE)}")
+    if isinstance(e, pp.SubqueryExpr) and e.range is not None:
+        step = e.step or MIN_SUBQUERY_STEP  # no step: Prometheus' evaluation interval
+        if step < MIN_SUBQUERY_STEP or e.range / step > MAX_SUBQUERY_POINTS:
+            raise ConfinementError(
+                f"the subquery [{_duration(e.range)}:{_duration(step)}] evaluates "
+                f"{e.range / step:,.0f} points; at most {MAX_SUBQUERY_POINTS:,}, each step at "
+                f"least {_duration(MIN_SUBQUERY_STEP)} (Prometheus' own limit for a range query)")
 
 
 def _is(m: pp.Matcher, op: str) -> bool:
