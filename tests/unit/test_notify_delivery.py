@@ -165,7 +165,7 @@ def test_a_full_queue_drops_other_notices_to_keep_a_rollback() -> None:
         n.offer("ns", "r", None, None, [PROMOTION] * 3)
         n.offer("ns", "r", None, None, [ROLLBACK, PROMOTION])
         n.offer("ns", "r", None, None, [ROLLBACK, ROLLBACK, ROLLBACK])
-        return [q.outgoing.notice.kind for q in n._queue]
+        return [q.outgoing.notice.kind for q in n.queued()]
 
     assert asyncio.run(go()) == ["Rollback", "Rollback", "Rollback"]
     assert n.pending() == 3
@@ -208,7 +208,7 @@ def test_the_reconciler_hook_queues_the_decision_s_notices_for_the_rollout_s_sec
         deps.notify(body, before, decision)
 
     asyncio.run(go())
-    (queued,) = list(n._queue)
+    (queued,) = n.queued()
     assert queued.secret == "team-hooks"
     assert (queued.outgoing.namespace, queued.outgoing.name) == ("team-a", "chat")
     assert queued.outgoing.notice.kind == "Rollback"
@@ -234,8 +234,65 @@ def test_a_rollback_by_the_fail_safe_is_told_too() -> None:
         await fail_safe(deps, body, RuntimeError("boom"))
 
     asyncio.run(go())  # the route cannot be read here (no spec.traffic): logged, not raised
-    (queued,) = list(n._queue)
+    (queued,) = n.queued()
     notice = queued.outgoing.notice
     assert (notice.kind, notice.reason, notice.rolled_back) == ("Rollback", "ReconcileFailed",
                                                                  True)
     assert "RuntimeError: boom" in notice.message and notice.canary_revision == "bbb2220000"
+
+
+def test_a_tenant_whose_webhook_never_answers_holds_no_one_elses_notices() -> None:
+    """Issue 29: one tenant's webhook that never answered held both workers (~91 s a notice).
+    Now a namespace has one attempt in flight at a time, and namespaces take turns."""
+    import socket
+
+    silent = socket.create_server(("127.0.0.1", 0))  # accepts (backlog), never answers
+    dead = f"http://127.0.0.1:{silent.getsockname()[1]}/hook"
+    with receiver() as rec:
+        n = notifier({"slow": {"webhookURL": dead}, "fast": {"webhookURL": rec.base + "/hook"}},
+                     allow=(rec.base, dead.rsplit("/", 1)[0]), timeout=3.0, workers=2)
+
+        async def go() -> float:
+            n.offer("slow-tenant", "r", "slow", None, [ROLLBACK] * 4)
+            await asyncio.sleep(0.1)  # the slow tenant's notices are taken first
+            started = time.monotonic()
+            n.offer("team-b", "r", "fast", None, [ROLLBACK])
+            while not rec.bodies("/hook"):
+                await asyncio.sleep(0.01)
+            took = time.monotonic() - started
+            await n.aclose()
+            return took
+
+        assert asyncio.run(go()) < 1.0
+    silent.close()
+
+
+def test_a_worker_is_free_while_an_endpoint_waits_for_its_retry() -> None:
+    with receiver({"/a": [503] * 3}) as rec:
+        n = notifier({"a": {"webhookURL": rec.base + "/a"}, "b": {"webhookURL": rec.base + "/b"}},
+                     allow=(rec.base,), workers=1, first_delay=1.0, max_delay=1.0)
+
+        async def go() -> None:
+            n.offer("ns-a", "r", "a", None, [ROLLBACK])
+            while not rec.bodies("/a"):
+                await asyncio.sleep(0.01)
+            n.offer("ns-b", "r", "b", None, [PROMOTION])  # during ns-a's 1 s backoff
+            while not rec.bodies("/b"):
+                await asyncio.sleep(0.01)
+            assert len(rec.bodies("/a")) == 1  # the one worker served ns-b in between
+            assert n.pending() == 1  # ns-a's retry, scheduled
+            await n.aclose()
+
+        asyncio.run(go())
+
+
+def test_a_full_queue_takes_room_from_the_namespace_that_holds_the_most() -> None:
+    n = notifier({}, queue_size=4, workers=0)
+
+    async def go() -> list[tuple[str, str]]:
+        n.offer("noisy", "r", None, None, [PROMOTION] * 4)
+        n.offer("noisy", "r", None, None, [PROMOTION])  # its own: dropped
+        n.offer("quiet", "r", None, None, [PROMOTION])  # takes one of noisy's places
+        return [(q.outgoing.namespace, q.outgoing.notice.kind) for q in n.queued()]
+
+    assert asyncio.run(go()) == [("noisy", "Promotion")] * 3 + [("quiet", "Promotion")]
