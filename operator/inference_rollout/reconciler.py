@@ -433,7 +433,7 @@ async def _evaluate(deps: Deps, spec: InferenceRolloutSpec, status: InferenceRol
         cases, service_url(name, canary, ns, canary_port), service_url(name, stable, ns,
                                                                        stable_port),
         model, concurrency=ev.concurrency, timeout=ev.timeout_seconds,
-        proxy=deps.service_proxy)
+        proxy=deps.service_proxy, namespace=ns)
     return EvaluationOutcome(canary, result.canary_score, result.stable_score, result.cases,
                              result.error, result.detail)
 

@@ -219,3 +219,31 @@ def test_a_malformed_reply_fails_its_request_not_the_run(reply: bytes) -> None:
         return httpx.Response(200, content=reply)
     res = run(httpx.MockTransport(answer), n=2)
     assert res.error is not None and "line 1:" in res.error and "\n" not in res.error
+
+
+def test_every_evaluation_shares_one_budget_and_a_namespace_holds_at_most_half() -> None:
+    """Issue 29: five evaluating rollouts of one tenant took the operator past its memory limit.
+    Requests in flight are bounded operator-wide, and one namespace gets at most half."""
+    from inference_rollout.evaluation.runner import RequestBudget
+
+    budget = RequestBudget(total=4, per_namespace=2)
+    seen: dict[str, int] = {}
+    most: dict[str, int] = {}
+
+    async def request(ns: str) -> None:
+        async with budget.slot(ns):
+            seen[ns] = seen.get(ns, 0) + 1
+            most[ns] = max(most.get(ns, 0), seen[ns])
+            await asyncio.sleep(0.01)
+            seen[ns] -= 1
+
+    async def go() -> None:
+        # one tenant asks for 40 at once (five rollouts of 8), another for 4
+        await asyncio.gather(*(request("greedy") for _ in range(40)),
+                             *(request("team-b") for _ in range(4)))
+
+    asyncio.run(go())
+    assert budget.most_in_flight == 4 and most == {"greedy": 2, "team-b": 2}
+    assert budget.in_flight == 0 and not budget._namespaces  # idle namespaces forgotten
+    asyncio.run(go())  # a new event loop (the operator's restart, or the next test) works too
+

@@ -15,13 +15,22 @@ of one Service's requests fail, the run is an error instead (the Service is unre
 says nothing about the model), which the gate retries and never passes.
 
 Scores are points: 100 × passed / cases.
+
+**One budget for the whole operator.** Every evaluation of every rollout draws its requests from
+one pool of :data:`MAX_REQUESTS_IN_FLIGHT`, and one namespace from at most half of it
+(:class:`RequestBudget`): replies are held while they are read and scored, and five evaluating
+rollouts of one tenant (64 requests in flight each, 1 MiB replies) took the operator from 63 to
+656 MiB, past the chart's 512 Mi limit (issue 29). With replies capped at
+:data:`MAX_REPLY_BYTES`, the replies in flight hold a few MiB whatever the tenants ask, and one
+tenant's evaluations leave the other half of the pool to everyone else.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
-from dataclasses import dataclass
+import contextlib
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
@@ -32,7 +41,53 @@ from .cases import Case
 from .scorers import score
 
 CHAT_PATH = "/v1/chat/completions"
-MAX_REPLY_BYTES = 1 * MiB
+#: A chat completion of a few thousand tokens is a few KiB; a quarter MiB is about 60,000 tokens.
+MAX_REPLY_BYTES = MiB // 4
+#: Evaluation requests in flight across the whole operator, and for one namespace.
+MAX_REQUESTS_IN_FLIGHT = 16
+MAX_REQUESTS_PER_NAMESPACE = MAX_REQUESTS_IN_FLIGHT // 2
+
+
+@dataclass
+class RequestBudget:
+    """The operator-wide pool of evaluation requests in flight (see the module doc): a request
+    takes its namespace's slot first, then the pool's, so one tenant never holds more than its
+    share while others wait."""
+
+    total: int = MAX_REQUESTS_IN_FLIGHT
+    per_namespace: int = MAX_REQUESTS_PER_NAMESPACE
+    _pool: asyncio.Semaphore | None = None
+    _loop: asyncio.AbstractEventLoop | None = None
+    _namespaces: dict[str, asyncio.Semaphore] = field(default_factory=dict)
+    _users: dict[str, int] = field(default_factory=dict)
+    in_flight: int = 0
+    most_in_flight: int = 0
+
+    @contextlib.asynccontextmanager
+    async def slot(self, namespace: str) -> AsyncIterator[None]:
+        loop = asyncio.get_running_loop()
+        if self._pool is None or self._loop is not loop:  # semaphores belong to one loop
+            self._pool, self._loop = asyncio.Semaphore(self.total), loop
+            self._namespaces.clear()
+            self._users.clear()
+        ns = self._namespaces.setdefault(namespace, asyncio.Semaphore(self.per_namespace))
+        self._users[namespace] = self._users.get(namespace, 0) + 1
+        try:
+            async with ns, self._pool:
+                self.in_flight += 1
+                self.most_in_flight = max(self.most_in_flight, self.in_flight)
+                try:
+                    yield
+                finally:
+                    self.in_flight -= 1
+        finally:
+            self._users[namespace] -= 1
+            if not self._users[namespace]:  # forget idle namespaces
+                del self._users[namespace], self._namespaces[namespace]
+
+
+#: The operator's one budget (tests make their own).
+BUDGET = RequestBudget()
 #: Answers that say "not now" rather than anything about the model: retried once.
 RETRIED_STATUSES = frozenset({429, 503})
 RETRY_AFTER_S = 1.0
@@ -100,14 +155,15 @@ class _SideResult:
 
 
 async def _run_side(client: httpx.AsyncClient, url: str, model: str, cases: Sequence[Case],
-                    concurrency: int, timeout: float) -> _SideResult:
+                    concurrency: int, timeout: float, budget: RequestBudget,
+                    namespace: str) -> _SideResult:
     limit = asyncio.Semaphore(concurrency)
     problems: list[str] = []
 
     async def one(case: Case) -> tuple[bool, bool]:
         body = {"model": model, "messages": list(case.messages), "temperature": 0,
                 "max_tokens": case.max_tokens, "stream": False}
-        async with limit:
+        async with limit, budget.slot(namespace):
             try:
                 try:
                     status, data = await _post(client, url, body, timeout)
@@ -138,13 +194,16 @@ async def _run_side(client: httpx.AsyncClient, url: str, model: str, cases: Sequ
 
 async def run_evaluation(cases: Sequence[Case], canary_url: str, stable_url: str, model: str, *,
                          concurrency: int = 4, timeout: float = 30.0, proxy: str | None = None,
-                         transport: httpx.AsyncBaseTransport | None = None) -> EvaluationResult:
-    """Send every case to both URLs and score the replies."""
+                         transport: httpx.AsyncBaseTransport | None = None,
+                         namespace: str = "", budget: RequestBudget = BUDGET
+                         ) -> EvaluationResult:
+    """Send every case to both URLs and score the replies, within ``budget`` (the operator's
+    pool, shared by ``namespace``'s evaluations)."""
     n = len(cases)
     async with httpx.AsyncClient(proxy=proxy, transport=transport, trust_env=False) as client:
         canary, stable = await asyncio.gather(
-            _run_side(client, canary_url, model, cases, concurrency, timeout),
-            _run_side(client, stable_url, model, cases, concurrency, timeout))
+            _run_side(client, canary_url, model, cases, concurrency, timeout, budget, namespace),
+            _run_side(client, stable_url, model, cases, concurrency, timeout, budget, namespace))
     errors = canary.failed_requests + stable.failed_requests
     for side, res in (("canary", canary), ("stable", stable)):
         if res.failed_requests * 2 > n:
