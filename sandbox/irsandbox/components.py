@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .common import pid_environ, state_dir
+from .common import pid_cmdline, pid_environ, state_dir
 
 #: PID files the pod bridge writes for each pod's simulator and shim: pods, not sandbox parts
 #: (tests stop and kill them on purpose).
@@ -50,14 +50,19 @@ class Component:
 
 
 def _pid_alive(pid: int, state: Path) -> bool:
-    """Alive and ours: a reused PID never counts (the marker is in the environment)."""
+    """Alive and ours: a reused PID never counts. Ours is marked in its environment
+    (``IR_SANDBOX_STATE``), or, for a process that clears its environment at start (nginx keeps
+    only TZ), named by its command line, which holds the state dir (``nginx -p <state>/nginx``)."""
     try:
         with open(f"/proc/{pid}/status") as f:
             if any(line.startswith("State:") and "Z" in line.split()[1:2] for line in f):
                 return False
     except OSError:
         return False
-    return pid_environ(pid).get("IR_SANDBOX_STATE") == str(state)
+    env = pid_environ(pid)
+    if "IR_SANDBOX_STATE" in env:
+        return env["IR_SANDBOX_STATE"] == str(state)
+    return str(state) + "/" in pid_cmdline(pid)
 
 
 def _started(pid: int) -> float:

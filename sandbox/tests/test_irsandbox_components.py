@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -105,3 +106,23 @@ def test_up_sh_refuses_a_machine_whose_sandbox_is_another_checkouts(tmp_path, pr
     assert refused.returncode != 0
     assert f"belongs to another checkout (state {theirs}" in refused.stderr, refused.stderr
     assert owner.read_text() == f"state={theirs}\n"  # their claim stands
+
+
+def test_a_part_that_clears_its_environment_is_known_by_its_command_line(tmp_path, procs):
+    """nginx keeps only TZ of its environment, so the marker is gone; its command line names the
+    state dir (nginx -p <state>/nginx). The first sandbox run of this check called it dead."""
+    state = tmp_path / "state"
+    (state / "pids").mkdir(parents=True)
+    (state / "nginx").mkdir()
+    ours = subprocess.Popen(["env", "-i", "bash", "-c", f"exec -a 'nginx: master -p {state}/nginx' "
+                             "sleep 60"])
+    procs.append(ours)
+    (state / "pids" / "nginx.pid").write_text(f"{ours.pid}\n")
+    other = subprocess.Popen(["env", "-i", "sleep", "60"])  # no marker, not ours
+    procs.append(other)
+    (state / "pids" / "prometheus.pid").write_text(f"{other.pid}\n")
+    procs.append(start(state, "etcd", "sleep 60"))
+    deadline = time.monotonic() + 5
+    while f"{state}/nginx" not in Path(f"/proc/{ours.pid}/cmdline").read_text().replace("\0", " "):
+        assert time.monotonic() < deadline
+    assert [c.name for c in components.dead_components(state)] == ["prometheus"]
