@@ -20,6 +20,10 @@ if [ "${#missing[@]}" -gt 0 ]; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"
 fi
 
+# Debian's nginx and Prometheus: the unit tier checks rendered nginx configs with nginx itself
+# (sandbox/tests), and the integration tier runs Prometheus; installed before them, never skipped.
+bash sandbox/build.sh apt
+
 step "static checks: ruff, mypy (strict on core/api/budget), layering contracts"
 .venv/bin/ruff check $(ls -d operator tests sandbox hack bench 2>/dev/null)
 .venv/bin/mypy
