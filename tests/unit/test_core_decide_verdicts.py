@@ -75,9 +75,10 @@ def test_a_canary_failing_every_request_is_rolled_back_after_a_handful() -> None
     sim.run_until(lambda s: s.status.aborted, limit=600)
     res = sim.status.analysis["errors"]
     assert sim.status.abort_reason == r.ANALYSIS_FAILED
-    # 1 metric × 2 steps: α = 0.5%, so 4 failed requests (LR 5⁴ = 625 ≥ 200) are enough
-    assert (res.requests, res.bad_requests) == (4, 4)
-    assert sim.status.message == "rolled back: errors 1 (Fail: ≤ 0.01; 4/4 failed, p = 0.002: Fail)"
+    # 1 metric × 2 steps: α = 0.5%, so 2 failed requests are enough: the mixture's gross
+    # alternatives (issue 30) give ¼·95² + ¼·50² + ½·5² ≈ 2,893 ≥ 1/α = 200 (5·p0 alone: 4)
+    assert (res.requests, res.bad_requests) == (2, 2)
+    assert sim.status.message == "rolled back: errors 1 (Fail: ≤ 0.01; 2/2 failed, p < 0.001: Fail)"
 
 
 def test_an_undecided_step_pauses_at_its_limit_with_what_a_verdict_needs() -> None:

@@ -3,7 +3,7 @@ exact dynamic programming over every path a release's counts can take.
 
 What must hold (core/sequential.py): a healthy canary (bad share ≤ p0) is failed with
 probability ≤ α *however often it is looked at*; a bad one (share ≥ p1 = 5·p0) passes with
-probability ≤ β; every request bad fails within 5 requests with the defaults.
+probability ≤ β; every request bad fails at its 2nd request (3rd when 5 % may fail).
 """
 
 from __future__ import annotations
@@ -26,13 +26,33 @@ def test_defaults_split_the_release_rate_over_metrics_and_steps() -> None:
     assert DEFAULT.beta == 0.01
 
 
-@pytest.mark.parametrize("p0", [0.01, 0.001, 0.05])
-def test_every_request_bad_fails_within_five_requests(p0: float) -> None:
-    verdicts = [sq.bernoulli(n, n, n, p0, DEFAULT).verdict for n in range(1, 6)]
-    assert verdicts[-1] == "Fail"
-    assert "Fail" not in verdicts[:3]  # three requests are not enough at α = 0.01/12
-    # each bad request multiplies LR by p1/p0 = 5: ln 5 per request against ln(1/α) = 7.09
-    assert math.log(5) * 4 < math.log(1 / DEFAULT.alpha) <= math.log(5) * 5
+@pytest.mark.parametrize(("p0", "within"), [(0.01, 2), (0.001, 2), (0.05, 3)])
+@pytest.mark.parametrize("metrics", [1, 3, 5])
+def test_every_request_bad_fails_at_the_second_or_third(p0: float, within: int,
+                                                       metrics: int) -> None:
+    """Issue 30: against p1 = 5·p0 alone it took 5 (ln 5 per bad request against ln(1/α)); the
+    mixture's gross alternatives (×50 and ×95 per bad request at p0 = 1%) take 2, or 3 at 5%."""
+    rates = sq.error_rates(0.01, metrics=metrics, steps=4)
+    verdicts = [sq.bernoulli(n, n, n, p0, rates).verdict for n in range(1, within + 1)]
+    assert verdicts == ["Inconclusive"] * (within - 1) + ["Fail"]
+
+
+def test_one_bad_request_alone_never_fails_a_canary() -> None:
+    """Whatever the share: one bad answer can come from a healthy canary (p ≤ 1/α·p0 is
+    not evidence enough), so the physical limit is the second."""
+    for p0 in (0.001, 0.01, 0.05, 0.2):
+        assert sq.bernoulli(1, 1, 1, p0, DEFAULT).verdict == "Inconclusive"
+
+
+def test_the_mixture_weights_sum_to_one_and_keep_the_5x_alternative() -> None:
+    # a mixture of likelihood ratios with weights summing to 1 is a supermartingale at 1 under
+    # the null: Ville's bound is the same α (the exact DP below checks it)
+    for p0 in (0.001, 0.01, 0.05, 0.3, 0.6):
+        assert sq.log_mixture_lr(0, 0, p0) == pytest.approx(0.0)  # M starts at 1
+    # near 5·p0 the mixture costs at most ln 2 against the single alternative
+    for n, k in ((200, 10), (1000, 40)):
+        single = sq.log_lr(k, n, 0.01, sq.alternative(0.01))
+        assert single - math.log(2) <= sq.log_mixture_lr(k, n, 0.01) + 1e-9
 
 
 def _boundary(n_max: int, p0: float, verdict: str) -> np.ndarray:
@@ -109,9 +129,9 @@ def test_passing_needs_enough_requests_and_says_how_many_more() -> None:
 
 
 def test_fractional_counts_round_against_the_verdict_they_would_support() -> None:
-    # 4.8 sure exceedances count as 4 toward Fail (5 would fail)...
-    assert sq.bernoulli(4.8, 4.8, 4.8, 0.01, DEFAULT).verdict == "Inconclusive"
-    assert sq.bernoulli(5.0000001, 4.9999999, 5, 0.01, DEFAULT).verdict == "Fail"
+    # 1.8 sure exceedances count as 1 toward Fail (2 would fail)...
+    assert sq.bernoulli(1.8, 1.8, 1.8, 0.01, DEFAULT).verdict == "Inconclusive"
+    assert sq.bernoulli(2.0000001, 1.9999999, 2, 0.01, DEFAULT).verdict == "Fail"
     # ...and 0.2 possible exceedances count as 1 toward Pass, 112.7 requests as 112.
     assert sq.bernoulli(112.7, 0, 0, 0.01, DEFAULT).verdict == "Pass"
     assert sq.bernoulli(112.7, 0, 0.2, 0.01, DEFAULT).verdict == "Inconclusive"

@@ -37,11 +37,12 @@ def measured(buckets: tuple[tuple[float, float], ...], period: float = 60.0,
                        **kw)
 
 
-def test_five_requests_all_far_over_the_limit_fail_with_the_count_in_the_text() -> None:
-    j = an.judge(ttft(), measured(histogram(0, 0, 0, 5)), RATES)
+def test_two_requests_both_far_over_the_limit_fail_with_the_count_in_the_text() -> None:
+    # the fail side's mixture (issue 30): the second surely-bad request is enough at p0 = 1%
+    j = an.judge(ttft(), measured(histogram(0, 0, 0, 2)), RATES)
     assert j.verdict == "Fail"
-    assert j.test_text == "5/5 over 0.45 s, p < 0.001: Fail"
-    assert an.judge(ttft(), measured(histogram(0, 0, 0, 4)), RATES).verdict == "Inconclusive"
+    assert j.test_text == "2/2 over 0.45 s, p < 0.001: Fail"
+    assert an.judge(ttft(), measured(histogram(0, 0, 0, 1)), RATES).verdict == "Inconclusive"
 
 
 def test_too_few_requests_for_the_window_rule_still_decide_by_evidence() -> None:
@@ -81,8 +82,9 @@ def errors(requests: float, failed: float, **kw: Any) -> Measurement:
 
 
 @pytest.mark.parametrize(("requests", "failed", "verdict"), [
-    (5, 5, "Fail"),  # p1/p0 = 5: ln 5 per failed request, 5 of them beat ln(1/α) = 7.09
-    (3, 3, "Inconclusive"),
+    # the mixture at p0 = 2%: ½·5ⁿ + ¼·25ⁿ + ¼·47.5ⁿ against 1/α = 1,200 (ln 7.09)
+    (3, 3, "Fail"),
+    (2, 2, "Inconclusive"),
     (400, 0, "Pass"),
     (400, 40, "Fail"),
     (50, 1, "Inconclusive"),

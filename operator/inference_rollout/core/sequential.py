@@ -11,9 +11,18 @@ Wald's likelihood ratio of ``k`` bad out of ``n`` is
 ``LR(p1:p0) = (p1/p0)^k · ((1-p1)/(1-p0))^(n-k)``.  When the canary is healthy (its true share
 is ≤ p0) this ratio, followed request by request, is a nonnegative supermartingale starting at 1,
 so by Ville's inequality the chance that it *ever* reaches ``1/α`` is at most ``α``: looking
-after every interval, or every request, does not inflate the error.  Roll back when
-``LR(p1:p0) ≥ 1/α``; pass when the mirror ratio ``LR(p0:p1) ≥ 1/β`` (the same argument bounds
-the chance that a canary whose share is ≥ p1 ever passes by ``β``).
+after every interval, or every request, does not inflate the error.  Pass when the mirror ratio
+``LR(p0:p1) ≥ 1/β`` (the same argument bounds the chance that a canary whose share is ≥ p1
+ever passes by ``β``).
+
+**The fail side tests a mixture of alternatives** (issue 30): ``M = ½·LR(p1:p0) +
+¼·LR(½:p0) + ¼·LR(0.95:p0)``, roll back when ``M ≥ 1/α``.  A weighted mean of nonnegative
+supermartingales that start at 1 is one too, so Ville's bound holds for ``M`` with the same ``α``
+(no split of ``α`` between the alternatives: the weights are the split).  Against ``p1 = 5·p0``
+alone, each surely-bad request multiplied the evidence by 5 and a canary whose every request is
+bad needed 5 of them (ln 5 each against ln(1/α) ≈ 7.1); the gross alternatives multiply it by 50
+and 95 (at p0 = 1%), so it fails at its 2nd bad request (3rd at p0 = 5%), while a canary just over
+5·p0 needs about ln 2 / ln 5 ≈ 0.4 of a bad request more than before (its component weighs ½).
 
 ``α`` per test: the spec's ``falseRollbackRate`` divided by (metrics × steps) (Bonferroni: each
 step restarts every metric's test, any one can roll back).  ``β`` per test: ``falseRollbackRate``
@@ -31,6 +40,8 @@ from typing import Literal
 
 #: A canary with this many times the allowed share of bad requests must never be promoted.
 ALTERNATIVE_FACTOR = 5.0
+#: The fail side's gross alternatives (share of bad requests, weight); p1 = 5·p0 weighs the rest.
+GROSS_ALTERNATIVES = ((0.5, 0.25), (0.95, 0.25))
 #: Relative checks: the alternative is twice the allowed ratio to stable.
 RELATIVE_ALTERNATIVE_FACTOR = 2.0
 #: The share of requests a p99 lets exceed its limit.
@@ -59,7 +70,7 @@ class Outcome:
     verdict: Literal["Pass", "Fail", "Inconclusive"]
     requests: int  # counted (rounded as for the verdict shown)
     bad: int  # bad among them: surely bad for Fail, possibly bad otherwise
-    p_value: float  # anytime-valid p of "the limit holds" (1 / LR(p1:p0), at most 1)
+    p_value: float  # anytime-valid p of "the limit holds" (1 / M, the fail side, at most 1)
     more_requests: int  # further requests, none bad, that passing needs (0 once decided)
 
 
@@ -75,6 +86,17 @@ def testable(p0: float) -> bool:
 def log_lr(bad: int, n: int, p0: float, p1: float) -> float:
     """ln LR(p1:p0) of ``bad`` out of ``n``."""
     return bad * math.log(p1 / p0) + (n - bad) * math.log((1 - p1) / (1 - p0))
+
+
+def log_mixture_lr(bad: int, n: int, p0: float) -> float:
+    """ln of the fail side's mixture ``M`` (module doc): p1 = 5·p0 and the gross alternatives
+    above p0, their weights summing to 1 (a gross one at or below p0 gives its weight to p1)."""
+    p1 = alternative(p0)
+    gross = [(p, w) for p, w in GROSS_ALTERNATIVES if max(p0, p1) < p < 1]
+    terms = [(1.0 - sum(w for _, w in gross), p1), *((w, p) for p, w in gross)]
+    logs = [math.log(w) + log_lr(bad, n, p0, p) for w, p in terms]
+    top = max(logs)
+    return top + math.log(sum(math.exp(x - top) for x in logs))
 
 
 def _p_value(log_lr_bad: float) -> float:
@@ -101,7 +123,7 @@ def bernoulli(requests: float, sure_bad: float, possible_bad: float, p0: float,
     p1 = alternative(p0)
     fail_bad = _down(sure_bad)
     fail_n = max(_up(requests), fail_bad)
-    evidence_bad = log_lr(fail_bad, fail_n, p0, p1)
+    evidence_bad = log_mixture_lr(fail_bad, fail_n, p0)
     p_value = _p_value(evidence_bad)
     if evidence_bad >= math.log(1 / rates.alpha):
         return Outcome("Fail", fail_n, fail_bad, p_value, 0)
