@@ -234,11 +234,13 @@ async def _reconcile(deps: Deps, body: dict[str, Any]) -> float:
         # next reconcile reads `aborted` and finishes moving it; it can never decide anew from
         # the old status (with a new Prometheus answer) and send traffic back to the canary.
         await write_status(deps, body, status, decision.status)
+        await post_events(deps, body, decision)
         deps.notify(body, status, decision)  # now: a failed write below must not lose it
     await apply_actions(deps, body, decision, revisions, router, spec.template,
                         world.template_hash)
     if not decision.rolled_back:
         await write_status(deps, body, status, decision.status)
+        await post_events(deps, body, decision)
         deps.notify(body, status, decision)
     if any(isinstance(a, SetWeights) for a in decision.actions):
         operator_metrics.REGISTRY.observe("inference_rollout_decision_to_write_seconds",
@@ -442,7 +444,8 @@ async def apply_actions(deps: Deps, body: dict[str, Any], decision: Decision,
                         revisions: Revisions, router: HTTPRouteRouter,
                         template: PodTemplate, template_revision: str) -> None:
     """Carry out the core's actions in order.  A failed write stops the rest: later actions may
-    rely on it (no scale-down before traffic has moved), and the next reconcile retries."""
+    rely on it (no scale-down before traffic has moved), and the next reconcile retries.
+    Events are not among them: :func:`post_events` posts them once the status is written."""
     action: Action
     for action in decision.actions:
         if isinstance(action, SetWeights):
@@ -454,7 +457,15 @@ async def apply_actions(deps: Deps, body: dict[str, Any], decision: Decision,
             await revisions.delete(action.revision)
         elif isinstance(action, OrphanRevision):
             await revisions.orphan(action.revision)
-        elif isinstance(action, RecordEvent):
+
+
+async def post_events(deps: Deps, body: dict[str, Any], decision: Decision) -> None:
+    """The decision's Events, posted only once its status write succeeded (issue 33): a
+    decision whose write met a newer object (``fenced`` decides again) never happened, and its
+    Events would claim what nobody did, then appear again from the next decision. A crash
+    between the write and this loses the Events, never doubles them: the status is the record."""
+    for action in decision.actions:
+        if isinstance(action, RecordEvent):
             await deps.post_event(body, action)
 
 

@@ -81,3 +81,42 @@ def test_a_stale_advance_never_overwrites_another_replicas_abort(
 async def reconcile_b(deps: Any, ns: str, name: str) -> dict[str, Any]:
     await reconcile(deps, await read(deps.kube, ns, name))
     return await read(deps.kube, ns, name)
+
+
+def test_a_decision_whose_status_write_lost_posts_no_events(control_plane: ControlPlane) -> None:
+    """Issue 33: Events were posted with the decision's actions, before its fenced status write;
+    when that write met a 409 the decision was made again, and a reviewer saw every Event twice,
+    one of them claiming an advance that never happened. Now a decision's Events follow its
+    successful write only."""
+    ns, name = "fence-events", "chat"
+
+    async def story() -> tuple[list[str], dict[str, Any]]:
+        setup = await deps_for(control_plane)
+        await release_at_first_step(setup, ns, name)
+        await asyncio.sleep(1.2)  # the first step's hold is over: A will decide to advance
+        await mark_ready(setup.kube, ns)
+        stale = await read(setup.kube, ns, name)
+        replica_b = await deps_for(control_plane, "replica-b")
+
+        async def b_aborts() -> None:
+            await setup.kube.merge_patch(rollout_path(ns, name).sub("status"),
+                                         {"status": {"requests": {"abort": True}}})
+            await reconcile_b(replica_b, ns, name)
+
+        posted: list[str] = []
+
+        async def record(_body: dict[str, Any], event: Any) -> None:
+            posted.append(event.reason)
+
+        replica_a = await deps_for(control_plane, "replica-a")
+        replica_a.post_event = record
+        replica_a.kube = AbortBeforeMyStatusWrite(replica_a.kube, b_aborts)
+        await reconcile(replica_a, stale)
+        assert replica_a.kube.fired, "replica A never wrote a status: it did not decide to advance"
+        return posted, await read(setup.kube, ns, name)
+
+    posted, final = asyncio.run(story())
+    assert final["status"]["aborted"] is True
+    # A's advance was never written: none of its Events may exist
+    assert not {"StepComplete", "StepWeightSet"} & set(posted), posted
+    assert len(posted) == len(set(posted)), f"an Event posted twice: {posted}"
