@@ -51,7 +51,9 @@ def test_a_2s_ttft_canary_at_5_percent_of_4_rps_is_rolled_back_within_two_minute
         took = time.monotonic() - at_5
         result = st["analysis"]["slo-ttft-p99"]
         assert result["verdict"] == "Fail", result
-        assert result["requests"] <= 8 and result["badRequests"] >= 3, result
+        # the fail side's mixture (issue 30): every request of this canary is over the line,
+        # and its 2nd is enough (one alone never is); a look may come a request later
+        assert result["requests"] <= 8 and 2 <= result["badRequests"] <= 4, result
         assert "over 0.45" in result["test"], result
         assert rel.route()[v1] == 100
         print(f"rolled back {took:.0f}s after 5%: {result['test']}")
