@@ -17,6 +17,7 @@ import re
 import shutil
 import signal
 import socket
+import subprocess
 import sys
 import tempfile
 import time
@@ -231,3 +232,15 @@ def setup_logging(name: str, verbose: bool = False) -> logging.Logger:
     for noisy in ("kubernetes", "urllib3", "httpx", "httpcore", "aiohttp.access"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     return logging.getLogger(name)
+
+
+def terminate(process: subprocess.Popen[Any], grace: float = 10.0) -> None:
+    """SIGTERM a process this harness started, SIGKILL after ``grace`` seconds; wait for it."""
+    if process.poll() is not None:
+        return
+    process.terminate()
+    try:
+        process.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(timeout=5)

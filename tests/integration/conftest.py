@@ -26,7 +26,7 @@ import httpx
 import pytest
 import yaml
 
-from irsandbox.common import free_port, wait_for
+from irsandbox.common import free_port, terminate, wait_for
 from irsandbox.control_plane import ControlPlane
 from irsandbox.control_plane import start as start_control_plane
 
@@ -71,13 +71,7 @@ class PrometheusServer:
                         timeout)
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=5)
+        terminate(self.process)
 
 
 class PrometheusLauncher:

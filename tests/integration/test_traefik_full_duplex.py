@@ -39,7 +39,7 @@ import httpx
 import pytest
 import yaml
 
-from irsandbox.common import SANDBOX_DIR, free_port
+from irsandbox.common import SANDBOX_DIR, free_port, terminate
 
 pytestmark = pytest.mark.integration
 
@@ -155,13 +155,7 @@ class Traefik:
         return self.process.poll() is None
 
     def stop(self) -> None:
-        if self.alive():
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=5)
+        terminate(self.process)
 
 
 @pytest.fixture()
