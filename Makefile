@@ -3,7 +3,7 @@ SHELL := /bin/bash
 PY ?= .venv/bin/python
 export GOTOOLCHAIN := local
 
-.PHONY: venv test unit lint sandbox-build sandbox-up sandbox-down sandbox-status crd demo bench bench-peers bench-verdicts fuzz failover chaos chaos-sandbox
+.PHONY: venv test unit lint sandbox-build sandbox-up sandbox-down sandbox-status tier-runs crd demo bench bench-peers bench-verdicts fuzz failover chaos chaos-sandbox
 
 venv: .venv/.installed
 .venv/.installed: pyproject.toml
@@ -40,6 +40,12 @@ sandbox-status: venv
 # The README's test command: static checks, unit tests, then the sandbox tiers (hack/test.sh).
 test:
 	bash hack/test.sh
+
+# The stability proof (docs/reliability.md): make demo, then make test TIER_RUNS times in a row on
+# that one sandbox, with each run's result and the sandbox parts' PIDs in .sandbox/tier-runs/.
+TIER_RUNS ?= 3
+tier-runs:
+	bash hack/tier-runs.sh $(TIER_RUNS)
 
 # The README's first command: the sandbox, the operator, and two releases (hack/demo.sh).
 demo: venv sandbox-build
