@@ -114,14 +114,14 @@ def test_canary_fault_is_rolled_back_notified_reported_and_undone(
     rep = cli(story, "report", "fault", "-o", str(page), "--prometheus",
               story.env["PROMETHEUS_URL"])
     assert rep.returncode == 0, rep.stderr
-    assert "rolled back: AnalysisFailed" in rep.stdout and "weights from prometheus" in rep.stdout
+    assert "RolledBack: AnalysisFailed" in rep.stdout and "weights from prometheus" in rep.stdout
     chromium = shutil.which("chromium")
     assert chromium, "apt-get install -y chromium"
     dom = subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu",
                           f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom",
                           page.as_uri()], capture_output=True, text=True, timeout=120,
                          check=True).stdout
-    assert "Outcome: rolled back: AnalysisFailed" in dom and dom.count("<svg") == 2
+    assert "Outcome: RolledBack: AnalysisFailed" in dom and dom.count("<svg") == 2
 
 
 def test_a_fault_the_analysis_does_not_watch_fails_the_drill(story: Story,

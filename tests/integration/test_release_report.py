@@ -94,7 +94,7 @@ def test_the_report_plots_what_prometheus_recorded_and_renders_in_chromium(
     ]
     release = gather(rollout, events, prom.url, now=end + timedelta(seconds=5))
     assert (release.revision, release.replaced) == ("bbb222", "aaa111")
-    assert release.outcome == "rolled back: AbortRequested"
+    assert release.outcome == "RolledBack: AbortRequested"
     assert release.weights_source == "prometheus"
     weights = {v for _, v in release.weights}
     assert {20.0, 50.0, 0.0} <= weights, weights  # Prometheus' record, not the Events' 20%
@@ -120,7 +120,7 @@ def test_the_report_plots_what_prometheus_recorded_and_renders_in_chromium(
     dom = subprocess.run([chromium, *flags, "--dump-dom", page.as_uri()], capture_output=True,
                          text=True, timeout=120, check=True).stdout
     assert "Release bbb222 of team-a/chat" in dom
-    assert "Outcome: rolled back: AbortRequested" in dom
+    assert "Outcome: RolledBack: AbortRequested" in dom
     assert dom.count("<svg") == 3 and "errors (threshold ≤ 0.01; prometheus)" in dom
     shot = tmp_path / "release.png"
     subprocess.run([chromium, *flags, f"--screenshot={shot}", "--window-size=1200,1400",
@@ -145,7 +145,7 @@ def test_without_prometheus_series_the_events_tell_the_weights_and_verdicts() ->
             canary="c2", old="c1", delay="1m")),
     ]
     release = gather(rollout, events, None, revision="c2", now=start + timedelta(hours=1))
-    assert release.outcome == "promoted" and release.weights_source == "events"
+    assert release.outcome == "Promoted" and release.weights_source == "events"
     assert [v for _, v in release.weights] == [0.0, 10.0, 100.0]
     assert release.metrics[0].canary == [(start + timedelta(seconds=20), 0.002)]
     assert release.metrics[0].verdict == "Pass"

@@ -9,8 +9,10 @@ Prometheus that does not scrape the operator) the weights come from the ``StepWe
 Events and the metrics from the ``AnalysisVerdict`` Events, which record each verdict change.
 
 Which release: the one whose ``NewRelease`` Event names ``--release REV`` (default: the latest
-one), from that Event until it was promoted, rolled back or replaced.  Events live about an hour
-in a default cluster: for an older release, pass ``--since`` and ``--until``.
+one), from that Event until it was promoted, rolled back or replaced: one release per page, with
+only its own Events (issue 33).  ``--since``/``--until`` set where that release is looked for
+(Events live about an hour in a default cluster); only when no ``NewRelease`` Event is in that
+window does the page cover the window itself, and it says so.
 """
 
 from __future__ import annotations
@@ -28,12 +30,14 @@ from ..api.spec import InferenceRolloutSpec, MetricSpec
 
 Point = tuple[datetime, float]
 
-#: Events that end a release, and the outcome they stand for.
-_ENDINGS = {r.PROMOTED: "promoted", r.ANALYSIS_FAILED: "rolled back",
-            r.PROGRESS_DEADLINE: "rolled back", r.ABORT_REQUESTED: "rolled back",
-            r.ERROR_LIMIT: "rolled back", r.EVALUATION_FAILED: "rolled back",
-            r.EVALUATION_ERROR_LIMIT: "rolled back", r.INCONCLUSIVE_LIMIT: "rolled back",
-            r.CANARY_UNAVAILABLE: "rolled back", r.RECONCILE_FAILED: "rolled back"}
+#: Events that end a release, and the outcome they stand for (the words of the status' phase and
+#: Events: what a reviewer already knows).
+PROMOTED, ROLLED_BACK, IN_PROGRESS, REPLACED = "Promoted", "RolledBack", "InProgress", "Replaced"
+_ENDINGS = {r.PROMOTED: PROMOTED, r.ANALYSIS_FAILED: ROLLED_BACK,
+            r.PROGRESS_DEADLINE: ROLLED_BACK, r.ABORT_REQUESTED: ROLLED_BACK,
+            r.ERROR_LIMIT: ROLLED_BACK, r.EVALUATION_FAILED: ROLLED_BACK,
+            r.EVALUATION_ERROR_LIMIT: ROLLED_BACK, r.INCONCLUSIVE_LIMIT: ROLLED_BACK,
+            r.CANARY_UNAVAILABLE: ROLLED_BACK, r.RECONCILE_FAILED: ROLLED_BACK}
 #: Events that record a person steering the release.
 STEERING = (r.ABORT_REQUESTED, r.RETRY_REQUESTED, r.PAUSE_REQUESTED, r.MANUAL_STEP, r.DELETING)
 
@@ -76,7 +80,7 @@ class Release:
     replaced: str | None
     start: datetime
     end: datetime
-    outcome: str  # promoted / rolled back: <reason> / in progress
+    outcome: str  # Promoted / RolledBack: <reason> / InProgress: step i/n / Replaced by <rev>
     events: list[Event]
     weights: list[Point]
     weights_source: str
@@ -111,7 +115,8 @@ def event_rows(items: Sequence[dict[str, Any]]) -> list[Event]:
     return sorted(out, key=lambda e: e.at)
 
 
-def release_window(events: list[Event], revision: str | None, now: datetime
+def release_window(events: list[Event], revision: str | None, now: datetime,
+                   status: dict[str, Any] | None = None
                    ) -> tuple[str | None, str | None, datetime, datetime, str] | None:
     """(revision, replaced, start, end, outcome) of the release, from its Events; None when no
     ``NewRelease`` Event names it."""
@@ -125,10 +130,16 @@ def release_window(events: list[Event], revision: str | None, now: datetime
         if e.reason in _ENDINGS:
             outcome = _ENDINGS[e.reason]
             return (fields["canary"], fields["stable"], events[i].at, e.at,
-                    outcome if outcome == "promoted" else f"{outcome}: {e.reason}")
+                    outcome if outcome == PROMOTED else f"{outcome}: {e.reason}")
         if e.reason == r.NEW_RELEASE:
-            return fields["canary"], fields["stable"], events[i].at, e.at, "replaced"
-    return fields["canary"], fields["stable"], events[i].at, now, "in progress"
+            by = parse_message(r.NEW_RELEASE_MSG, e.message) or {}
+            return (fields["canary"], fields["stable"], events[i].at, e.at,
+                    f"{REPLACED} by {by.get('canary', 'a newer release')}")
+    st = status or {}
+    step = st.get("currentStep")
+    at = f": step {int(step) + 1}" if isinstance(step, int) and \
+        st.get("canaryRevision") == fields["canary"] else ""
+    return fields["canary"], fields["stable"], events[i].at, now, f"{IN_PROGRESS}{at}"
 
 
 def weights_from_events(events: list[Event], start: datetime, end: datetime) -> list[Point]:
@@ -198,15 +209,18 @@ def gather(rollout: dict[str, Any], event_items: Sequence[dict[str, Any]],
     now = now or datetime.now(UTC)
     meta, status = rollout["metadata"], rollout.get("status") or {}
     spec = InferenceRolloutSpec.parse(rollout["spec"])
-    events = event_rows(event_items)
-    window = release_window(events, revision, now)
-    if since is not None or window is None:
-        if revision is not None and window is None and since is None:
+    events = [e for e in event_rows(event_items)
+              if (since is None or e.at >= since) and (until is None or e.at <= until)]
+    window = release_window(events, revision, until or now, status)
+    if window is None:
+        if revision is not None and since is None:
             raise ReportError(f"no NewRelease Event names revision {revision} (Events expire "
                               "after about an hour: pass --since/--until for an older release)")
         start = since or now - timedelta(hours=1)
         window = (revision or status.get("canaryRevision") or status.get("stableRevision"),
-                  status.get("stableRevision"), start, until or now, "window given")
+                  status.get("stableRevision"), start, until or now,
+                  "no release found: no NewRelease Event in this window (they expire after "
+                  "about an hour); the page shows the window")
     rev, replaced, start, end, outcome = window
     series = [MetricSeries(m) for m in effective_metrics(spec.analysis)]
     for s in series:
@@ -226,6 +240,6 @@ def gather(rollout: dict[str, Any], event_items: Sequence[dict[str, Any]],
         source = source if source != "prometheus" else "events"
     if not any(s.canary for s in series):
         metrics_from_events(series, events, start, end)
-    shown = [e for e in events if start - margin <= e.at <= end + margin]
+    shown = [e for e in events if start <= e.at <= end]  # this release's own, nothing before
     return Release(meta["namespace"], meta["name"], rev, replaced, start, end, outcome, shown,
                    weights, source, series, status)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import io
 from collections.abc import Callable
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from html import escape
 from typing import Any
 
@@ -25,7 +25,15 @@ th{background:#f4f4f4}.Warning{color:#b00}.outcome{font-size:1.1em;font-weight:b
 """
 
 
-def _svg(draw: Callable[[Axes], None], height: float = 3.0) -> str:
+def time_limits(start: datetime, end: datetime) -> tuple[datetime, datetime]:
+    """The x-axis of every plot of a release: its window and a little room at both ends (5 %,
+    at least 5 s), so a one-minute release reads in seconds and a point at the end is visible."""
+    pad = max((end - start) * 0.05, timedelta(seconds=5))
+    return start - pad, end + pad
+
+
+def _svg(draw: Callable[[Axes], None], height: float = 3.0,
+         window: tuple[datetime, datetime] | None = None) -> str:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -33,12 +41,22 @@ def _svg(draw: Callable[[Axes], None], height: float = 3.0) -> str:
     import matplotlib.pyplot as plt
 
     # Titles and labels hold text from the rollout (metric names, a Prometheus address in an
-    # error): never parsed as math text, where `$x_$` raised and stopped the report.
-    with matplotlib.rc_context({"text.parse_math": False, "text.usetex": False}):
+    # error): never parsed as math text, where `$x_$` raised and stopped the report. Text stays
+    # text in the SVG (selectable, searchable, and the tests read the tick labels).
+    with matplotlib.rc_context({"text.parse_math": False, "text.usetex": False,
+                                "svg.fonttype": "none"}):
         fig, ax = plt.subplots(figsize=(10, height))
         draw(ax)
-        ax.xaxis.set_major_formatter(
-            mdates.DateFormatter("%H:%M:%S"))  # type: ignore[no-untyped-call]
+        if window is not None:
+            # the release's window on every plot: without it one point spanned a whole day
+            # (ticks all 00:00:00), and each plot had its own scale
+            lo, hi = time_limits(*window)
+            ax.set_xlim(mdates.date2num(lo), mdates.date2num(hi))  # type: ignore[no-untyped-call]
+        locator = mdates.AutoDateLocator(minticks=4, maxticks=10)  # type: ignore[no-untyped-call]
+        ax.xaxis.set_major_locator(locator)
+        ax.xaxis.set_major_formatter(mdates.DateFormatter(
+            "%H:%M:%S", tz=UTC))  # type: ignore[no-untyped-call]
+        ax.set_xlabel("time (UTC)")
         ax.grid(True, alpha=0.3)
         fig.autofmt_xdate()
         buf = io.StringIO()
@@ -63,16 +81,20 @@ def weights_plot(rel: Release) -> str:
         ax.set_ylabel("% of traffic to canary")
         ax.set_title(f"Traffic weights ({rel.weights_source})")
         ax.legend(loc="upper left")
-    return _svg(draw)
+    return _svg(draw, window=(rel.start, rel.end))
 
 
-def metric_plot(s: MetricSeries) -> str:
+def metric_plot(s: MetricSeries, window: tuple[datetime, datetime] | None = None) -> str:
     def draw(ax: Axes) -> None:
         m = s.spec
         if s.canary:
-            ax.plot(*_xy(s.canary), marker=".", color="#d62728", label="canary")
+            ax.plot(*_xy(s.canary), marker="o", markersize=4, color="#d62728", label="canary")
+            if len(s.canary) == 1:  # one look: say when it was taken
+                at, value = s.canary[0]
+                ax.annotate(f"{value:g} at {at.astimezone(UTC):%H:%M:%S}", (at, value),
+                            textcoords="offset points", xytext=(6, 6), fontsize=8)
         if s.stable:
-            ax.plot(*_xy(s.stable), marker=".", color="#2ca02c", label="stable")
+            ax.plot(*_xy(s.stable), marker="o", markersize=4, color="#2ca02c", label="stable")
             for ratio, label in ((m.max_ratio_to_stable, "max"), (m.min_ratio_to_stable, "min")):
                 if ratio:
                     xs, ys = _xy(s.stable)
@@ -84,9 +106,9 @@ def metric_plot(s: MetricSeries) -> str:
         ax.set_title(f"{m.name} (threshold {s.threshold}; {s.source})")
         if ax.get_legend_handles_labels()[0]:
             ax.legend(loc="upper left")
-        else:
+        if not s.canary and not s.stable:  # the threshold alone is no measurement
             ax.text(0.5, 0.5, "no values recorded", transform=ax.transAxes, ha="center")
-    return _svg(draw, 2.6)
+    return _svg(draw, 2.6, window)
 
 
 def _table(header: list[str], rows: list[list[str]], classes: list[str] | None = None) -> str:
@@ -106,7 +128,8 @@ def render(rel: Release) -> str:
                 for s in rel.metrics]
     events = [[e.at.strftime("%H:%M:%S"), e.type, e.reason, e.message] for e in rel.events]
     steering = [[e.at.strftime("%H:%M:%S"), e.reason, e.message] for e in rel.steering]
-    plots = "".join(f"<figure>{metric_plot(s)}</figure>" for s in rel.metrics) or \
+    plots = "".join(f"<figure>{metric_plot(s, (rel.start, rel.end))}</figure>"
+                    for s in rel.metrics) or \
         "<p class=note>No analysis metrics in the spec.</p>"
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{escape(title)}</title>
