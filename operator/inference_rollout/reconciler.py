@@ -32,6 +32,7 @@ from . import operator_metrics
 from .api.spec import InferenceRolloutSpec, NotificationsSpec, PodTemplate, TrafficSpec
 from .api.status import InferenceRolloutStatus
 from .budget.lint import lint_manifest
+from .config_objects import Missing, configmap_text, secret_text
 from .core import validation
 from .core.decide import IDLE_SECONDS, analysis_due, decide
 from .core.evaluation_gate import evaluation_due
@@ -59,7 +60,7 @@ from .metrics.measure import measure
 from .metrics.source import BEARER_TOKEN, MetricSource, PrometheusSource, Unreachable
 from .metrics.tenancy import FailingSource, NamespaceConfined, address_allowed, refused
 from .notify.delivery import Notifier
-from .paths import ns_path, rollout_path
+from .paths import rollout_path
 from .traffic.gateway import HTTPRouteRouter
 from .traffic.router import RouteError, RouteMissing, RouteState
 from .workloads.revisions import RevisionError, Revisions
@@ -140,14 +141,10 @@ class Deps:
         token = None
         if prom.bearer_token_secret_ref is not None:
             ref = prom.bearer_token_secret_ref
-            secret = await self.kube.get(ns_path("", "v1", namespace, "secrets", ref.name))
-            import base64
-
-            try:
-                token = base64.b64decode((secret.get("data") or {}).get(ref.key, ""),
-                                         validate=True).decode().strip()
-            except (ValueError, TypeError, AttributeError):  # not base64, UTF-8, a string
-                token = "\n"
+            value = await secret_text(self.kube, namespace, ref.name, ref.key)
+            if isinstance(value, Missing):
+                return FailingSource(Unreachable(f"Prometheus token: {value}"))
+            token = "\n" if value is None else value  # not base64 of text: refused below
             if token and not BEARER_TOKEN.match(token):  # the message never quotes the token
                 return FailingSource(Unreachable(
                     f"Prometheus token: Secret {ref.name} key {ref.key} is not a bearer token "
@@ -409,13 +406,9 @@ async def _evaluate(deps: Deps, spec: InferenceRolloutSpec, status: InferenceRol
     ev, canary, stable = spec.evaluation, status.canary_revision, status.stable_revision
     assert ev is not None and canary is not None and stable is not None
     ref = ev.config_map_ref
-    try:
-        cm = await deps.kube.get(ns_path("", "v1", ns, "configmaps", ref.name))
-    except KubeError as e:
-        return EvaluationOutcome(canary, error=f"ConfigMap {ref.name}: {e.message}")
-    text = (cm.get("data") or {}).get(ref.key)
-    if text is None:
-        return EvaluationOutcome(canary, error=f"ConfigMap {ref.name} has no key {ref.key!r}")
+    text = await configmap_text(deps.kube, ns, ref.name, ref.key)
+    if isinstance(text, Missing):
+        return EvaluationOutcome(canary, error=str(text))
     try:
         # off the event loop: checking a large case list's patterns takes time, and every
         # tenant's reconciles wait on the loop
