@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping
+from typing import Any, cast
 
 import prometheus_client
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -69,27 +70,26 @@ class Registry:
     def _help(self, name: str) -> str:
         return HELP.get(name, name.replace("_", " "))
 
-    def _gauge(self, name: str, labels: LabelNames) -> Gauge:
+    def _labelled(self, store: dict[str, tuple[Any, LabelNames]], kind: type[Any], name: str,
+                  labels: LabelNames) -> Any:
+        """The metric ``name`` of ``kind`` (made on first use), always with the same labels."""
         with self._lock:
-            if name not in self._gauges:
-                self._gauges[name] = (Gauge(name, self._help(name), labels,
-                                            registry=self.registry), labels)
-            gauge, known = self._gauges[name]
+            if name not in store:
+                store[name] = (kind(name, self._help(name), labels, registry=self.registry),
+                               labels)
+            metric, known = store[name]
         if known != labels:
-            raise ValueError(f"gauge {name}: labels {labels}, first used with {known}")
-        return gauge
+            raise ValueError(f"{kind.__name__.lower()} {name}: labels {labels}, first used "
+                             f"with {known}")
+        return metric
+
+    def _gauge(self, name: str, labels: LabelNames) -> Gauge:
+        return cast(Gauge, self._labelled(self._gauges, Gauge, name, labels))
 
     def _counter(self, name: str, labels: LabelNames) -> Counter:
         if not name.endswith("_total"):  # the library would export it as name_total
             raise ValueError(f"counter {name}: a counter's name ends in _total")
-        with self._lock:
-            if name not in self._counters:
-                self._counters[name] = (Counter(name, self._help(name), labels,
-                                                registry=self.registry), labels)
-            counter, known = self._counters[name]
-        if known != labels:
-            raise ValueError(f"counter {name}: labels {labels}, first used with {known}")
-        return counter
+        return cast(Counter, self._labelled(self._counters, Counter, name, labels))
 
     def set(self, metric: str, value: float, /, **labels: str) -> None:
         names = tuple(sorted(labels))
