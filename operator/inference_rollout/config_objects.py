@@ -29,20 +29,33 @@ class Missing:
         return self.what
 
 
-async def secret_text(kube: Kube, namespace: str, name: str, key: str) -> str | Missing | None:
-    """The key's value as text (stripped), ``None`` when it is not base64 of UTF-8 text, or
-    :class:`Missing` saying why there is none."""
+def _decoded(value: object) -> str | None:
+    try:
+        return base64.b64decode(value, validate=True).decode().strip()  # type: ignore[arg-type]
+    except (binascii.Error, ValueError, TypeError):
+        return None
+
+
+async def secret_texts(kube: Kube, namespace: str, name: str
+                       ) -> dict[str, str | None] | Missing:
+    """Every key of the Secret as text (stripped; ``None`` where it is not base64 of UTF-8
+    text), in one read, or :class:`Missing` saying why there is none."""
     try:
         body = await kube.get(ns_path("", "v1", namespace, "secrets", name))
     except KubeError as e:
         return Missing(f"Secret {name}: {e.message}", e.status)
-    data = body.get("data") or {}
-    if key not in data:
+    return {str(k): _decoded(v) for k, v in (body.get("data") or {}).items()}
+
+
+async def secret_text(kube: Kube, namespace: str, name: str, key: str) -> str | Missing | None:
+    """The key's value as text (stripped), ``None`` when it is not base64 of UTF-8 text, or
+    :class:`Missing` saying why there is none."""
+    texts = await secret_texts(kube, namespace, name)
+    if isinstance(texts, Missing):
+        return texts
+    if key not in texts:
         return Missing(f"Secret {name} has no key {key!r}")
-    try:
-        return base64.b64decode(data[key], validate=True).decode().strip()
-    except (binascii.Error, ValueError, TypeError):
-        return None
+    return texts[key]
 
 
 async def configmap_text(kube: Kube, namespace: str, name: str, key: str) -> str | Missing:

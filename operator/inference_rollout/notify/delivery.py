@@ -27,7 +27,6 @@ receiver never delays a reconcile (``offer`` never awaits and never raises).
 from __future__ import annotations
 
 import asyncio
-import base64
 import logging
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -40,9 +39,9 @@ import httpx
 from .. import operator_metrics
 from ..addresses import address_allowed, public_host
 from ..bounded_http import sanitize
+from ..config_objects import Missing, secret_texts
 from ..core.notices import Notice
-from ..kube import Kube, KubeError
-from ..paths import ns_path
+from ..kube import Kube
 from .messages import Outgoing, slack_payload, webhook_payload
 
 log = logging.getLogger("inference_rollout.notify")
@@ -246,22 +245,12 @@ class Notifier:
         name = secret or self.settings.namespace_secret
         if name is None:
             return {}
-        try:
-            body = await self.kube.get(ns_path("", "v1", namespace, "secrets", name))
-        except KubeError as e:
-            if e.status != 404 or secret is not None:  # a missing namespace default is normal
-                log.warning("notifications: Secret %s/%s: %s", namespace, name, e.message)
+        texts = await secret_texts(self.kube, namespace, name)
+        if isinstance(texts, Missing):
+            if texts.status != 404 or secret is not None:  # a missing namespace default: normal
+                log.warning("notifications: %s/%s", namespace, texts)
             return {}
-        data = body.get("data") or {}
-        out = {}
-        for key in FORMATS:
-            try:
-                url = base64.b64decode(data.get(key, ""), validate=True).decode().strip()
-            except (ValueError, TypeError):
-                url = ""
-            if url:
-                out[key] = url
-        return out
+        return {key: url for key in FORMATS if (url := texts.get(key))}
 
     async def _permitted(self, url: str) -> bool:
         if self.settings.allow:
