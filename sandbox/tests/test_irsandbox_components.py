@@ -24,7 +24,21 @@ def start(state: Path, name: str, script: str) -> subprocess.Popen[bytes]:
         proc = subprocess.Popen(["bash", "-c", script], env=env, stdout=log,
                                 stderr=subprocess.STDOUT)
     (state / "pids" / f"{name}.pid").write_text(f"{proc.pid}\n")
+    # Until the child has exec'd, /proc/<pid>/environ is still this process's (no marker): a
+    # check in that window calls the part dead. CI hit it once (etcd named dead).
+    marker = f"IR_SANDBOX_STATE={state}".encode()
+    deadline = time.monotonic() + 5
+    while proc.poll() is None and marker not in _environ(proc.pid):
+        assert time.monotonic() < deadline, f"{name} never exec'd"
+        time.sleep(0.01)
     return proc
+
+
+def _environ(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return b""
 
 
 @pytest.fixture()
