@@ -86,7 +86,25 @@ wrapper_build() {
 }
 
 step_kwok() {
-  wrapper_build kwok sigs.k8s.io/kwok "${KWOK_VERSION}" sigs.k8s.io/kwok/cmd/kwok
+  wrapper_build "${KWOK_BIN_NAME}" sigs.k8s.io/kwok "${KWOK_VERSION}" sigs.k8s.io/kwok/cmd/kwok "" \
+    patch_kwok_mark_pod_ips
+}
+
+# KWOK hands out pod addresses from a pool kept in memory, and marks an address in use only when
+# it plays a stage on the pod. A restarted KWOK plays none on a pod that is already Running, so it
+# gave the next new pod the address of a running one (after down.sh and up.sh, a test's pod got
+# 10.244.0.1 of the demo's, and its listener failed with "Address already in use"). The patch
+# marks the address of every pod it is told about (the list on start, each node's sync, each
+# change); KWOK recycles it on deletion as before.
+patch_kwok_mark_pod_ips() {
+  local src="$1" module="$2" version="$3" file
+  copy_module "${module}" "${version}" "${src}/module"
+  file="${src}/module/pkg/kwok/controllers/pod_controller.go"
+  sed_present "${file}" '^			case informer.Added, informer.Modified, informer.Sync:$' \
+    '			case informer.Added, informer.Modified, informer.Sync:\n				if p := event.Object; p.DeletionTimestamp == nil {\n					c.markPodIP(ctx, p) \/\/ inference-rollout sandbox: patch_kwok_mark_pod_ips\n				}' \
+    "kwok ${version}: patch_kwok_mark_pod_ips"
+  printf '\nreplace %s => ./module\n' "${module}" >>"${src}/go.mod"
+  log "${KWOK_BIN_NAME}" "patched to mark running pods' addresses in use (${file#"${src}/"})"
 }
 
 # Pure Go (CGO_ENABLED=0): with a model name unknown to HuggingFace, or --force-dummy-tokenizer,

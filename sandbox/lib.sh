@@ -66,6 +66,9 @@ SIM_BIN_NAME=llm-d-inference-sim-loopback
 # finished before the handler returns (build.sh patch_traefik_full_duplex; issue 34). A new name per
 # patch, so a cache holding an older build is not reused.
 TRAEFIK_BIN_NAME=traefik-fullduplex-bodyclose
+# KWOK as the sandbox builds it: a restarted KWOK knows the addresses its running pods hold
+# (build.sh patch_kwok_mark_pod_ips).
+KWOK_BIN_NAME=kwok-markips
 
 # Cached binary path for a tool at a version: $IR_CACHE/bin/<name>-<version>
 cached_bin() {
@@ -78,7 +81,7 @@ sandbox_binaries() {
   for k in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
     printf '%s %s\n' "${k}" "${KUBERNETES_VERSION}"
   done
-  printf '%s %s\n' etcd "${ETCD_VERSION}" kwok "${KWOK_VERSION}" \
+  printf '%s %s\n' etcd "${ETCD_VERSION}" "${KWOK_BIN_NAME}" "${KWOK_VERSION}" \
     "${SIM_BIN_NAME}" "${LLM_D_INFERENCE_SIM_VERSION}" helm "${HELM_VERSION}" \
     prometheus-adapter "${PROMETHEUS_ADAPTER_VERSION}" "${TRAEFIK_BIN_NAME}" "${TRAEFIK_VERSION}" \
     prometheus "${PROMETHEUS_MODULE_VERSION}"

@@ -362,7 +362,7 @@ start_scheduler() {
 }
 
 start_kwok() {
-  start kwok "${KWOK_PORT}" "$(bin kwok "${KWOK_VERSION}")" \
+  start kwok "${KWOK_PORT}" "$(bin "${KWOK_BIN_NAME}" "${KWOK_VERSION}")" \
     --kubeconfig "${KCFG}/kwok-controller.kubeconfig" \
     --config "${IR_SANDBOX_DIR}/kwok/kwok.yaml" \
     --config "${IR_SANDBOX_DIR}/kwok/stages.yaml" \

@@ -31,6 +31,7 @@ from .common import pid_cmdline, pid_environ, state_dir
 POD_PROCESS_PREFIXES = ("sim-", "shim-")
 DEFAULT_OWNER_FILE = "/run/inference-rollout/sandbox-owner"
 LOG_LINES = 25
+RECHECK_S = 0.1
 
 
 @dataclass(frozen=True)
@@ -97,7 +98,13 @@ def dead_components(state: Path | None = None) -> list[Component]:
     found = components(state)
     if not any(c.alive for c in found):
         return []
-    return [c for c in found if not c.alive]
+    if all(c.alive for c in found):
+        return []
+    # A process in the middle of an exec (nohup or bash -c exec'ing the part) shows an empty
+    # environ and command line for an instant: look again before calling it dead.
+    time.sleep(RECHECK_S)
+    again = {c.name: c for c in components(state)}
+    return [c for c in found if not c.alive and not again.get(c.name, c).alive]
 
 
 def dead_report(dead: list[Component]) -> str:
