@@ -90,21 +90,87 @@ step_kwok() {
     patch_kwok_mark_pod_ips
 }
 
-# KWOK hands out pod addresses from a pool kept in memory, and marks an address in use only when
+# KWOK hands out pod addresses from a pool kept in memory, and learns an address is taken only when
 # it plays a stage on the pod. A restarted KWOK plays none on a pod that is already Running, so it
 # gave the next new pod the address of a running one (after down.sh and up.sh, a test's pod got
-# 10.244.0.1 of the demo's, and its listener failed with "Address already in use"). The patch
-# marks the address of every pod it is told about (the list on start, each node's sync, each
-# change); KWOK recycles it on deletion as before.
+# the demo pod's 10.244.0.1, and its shim never listened: "Address already in use"). Marking the
+# pool from the pod events is not enough: the pool is per node CIDR and needs the node, which KWOK
+# may learn after the pods. The patch keeps its own map of the addresses pods hold, filled from the
+# same pod events (the list on start comes before any new pod's), and the allocation skips them.
 patch_kwok_mark_pod_ips() {
-  local src="$1" module="$2" version="$3" file
+  local src="$1" module="$2" version="$3" dir file
   copy_module "${module}" "${version}" "${src}/module"
-  file="${src}/module/pkg/kwok/controllers/pod_controller.go"
+  dir="${src}/module/pkg/kwok/controllers"
+  file="${dir}/pod_controller.go"
   sed_present "${file}" '^			case informer.Added, informer.Modified, informer.Sync:$' \
-    '			case informer.Added, informer.Modified, informer.Sync:\n				if p := event.Object; p.DeletionTimestamp == nil {\n					c.markPodIP(ctx, p) \/\/ inference-rollout sandbox: patch_kwok_mark_pod_ips\n				}' \
+    '&\n				holdPodIPs(event.Object) \/\/ inference-rollout sandbox' "kwok ${version}: patch_kwok_mark_pod_ips"
+  sed_present "${file}" '^			case informer.Deleted:$' \
+    '&\n				releasePodIPs(event.Object) \/\/ inference-rollout sandbox' "kwok ${version}: patch_kwok_mark_pod_ips"
+  sed_present "${file}" 'return pool.Get(), nil' 'return freePodIP(pool), nil' \
     "kwok ${version}: patch_kwok_mark_pod_ips"
+  sed_present "${file}" 'ips = append(ips, pool.Get())' 'ips = append(ips, freePodIP(pool))' \
+    "kwok ${version}: patch_kwok_mark_pod_ips"
+  [[ ! -e "${dir}/held_ips_sandbox.go" ]] ||
+    die "kwok ${version}: held_ips_sandbox.go exists upstream; update patch_kwok_mark_pod_ips"
+  cat >"${dir}/held_ips_sandbox.go" <<'GO'
+// Added by inference-rollout's sandbox/build.sh (patch_kwok_mark_pod_ips); not part of KWOK.
+
+package controllers
+
+import (
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// heldPodIPs maps each address a pod holds to that pod's UID, for every pod this KWOK was told
+// about. The ipPool learns an address only when a stage plays on its pod, and none plays on a pod
+// that was Running before KWOK started.
+var heldPodIPs sync.Map
+
+func podAddresses(pod *corev1.Pod) []string {
+	if pod.Spec.HostNetwork {
+		return nil
+	}
+	out := make([]string, 0, len(pod.Status.PodIPs)+1)
+	for _, ip := range pod.Status.PodIPs {
+		out = append(out, ip.IP)
+	}
+	if pod.Status.PodIP != "" {
+		out = append(out, pod.Status.PodIP)
+	}
+	return out
+}
+
+func holdPodIPs(pod *corev1.Pod) {
+	for _, ip := range podAddresses(pod) {
+		heldPodIPs.Store(ip, pod.UID)
+	}
+}
+
+func releasePodIPs(pod *corev1.Pod) {
+	for _, ip := range podAddresses(pod) {
+		if uid, ok := heldPodIPs.Load(ip); ok && uid.(types.UID) == pod.UID {
+			heldPodIPs.Delete(ip)
+		}
+	}
+}
+
+// freePodIP is the pool's next address that no pod holds. A held address the pool offered stays
+// marked used there; KWOK returns it to the pool when its pod is deleted.
+func freePodIP(pool *ipPool) string {
+	for i := 0; i < 1<<16; i++ {
+		ip := pool.Get()
+		if _, held := heldPodIPs.Load(ip); !held {
+			return ip
+		}
+	}
+	return pool.Get()
+}
+GO
   printf '\nreplace %s => ./module\n' "${module}" >>"${src}/go.mod"
-  log "${KWOK_BIN_NAME}" "patched to mark running pods' addresses in use (${file#"${src}/"})"
+  log "${KWOK_BIN_NAME}" "patched to skip addresses running pods hold (${file#"${src}/"})"
 }
 
 # Pure Go (CGO_ENABLED=0): with a model name unknown to HuggingFace, or --force-dummy-tokenizer,

@@ -68,7 +68,7 @@ SIM_BIN_NAME=llm-d-inference-sim-loopback
 TRAEFIK_BIN_NAME=traefik-fullduplex-bodyclose
 # KWOK as the sandbox builds it: a restarted KWOK knows the addresses its running pods hold
 # (build.sh patch_kwok_mark_pod_ips).
-KWOK_BIN_NAME=kwok-markips
+KWOK_BIN_NAME=kwok-heldips
 
 # Cached binary path for a tool at a version: $IR_CACHE/bin/<name>-<version>
 cached_bin() {
