@@ -30,9 +30,10 @@ Prometheus target) and, with ``--pod-address IP:PORT``, also on the pod's own ad
 address its EndpointSlice names, which a real gateway such as Traefik sends traffic to
 (docs/sandbox.md, "Pods with addresses"). With ``--pod-netns NAME`` that listener is made inside
 the sandbox's pod network namespace, the only place the pod range is local (:mod:`irsandbox.netns`).
-SIGUSR1 closes the pod-address listener at once (connections in flight finish): the bridge sends
-it when the pod object is gone, because KWOK hands a deleted pod's IP to the next pod at once, and
-that pod's shim must be able to listen on it while this one still drains.
+SIGUSR1 closes the pod-address listener at once, and the connections made to it once their request
+is answered: the bridge sends it when the pod object is gone, because KWOK hands a deleted pod's IP
+to the next pod at once, and that pod's shim must be able to listen on it (and be the one a
+gateway's or Prometheus' pooled connection to that address reaches) while this one still drains.
 
 ``GET /-/shim/config`` shows the rate and counters; ``POST /-/shim/config`` with
 ``{"business-fail-rate": 10}`` changes it (the bridge does that when the annotation changes).
@@ -322,6 +323,27 @@ def listen_socket(host: str, port: int, patience: float = 0.0) -> socket.socket:
     return sock
 
 
+def close_connections_to(runner: web.AppRunner, address: tuple[str, int]) -> int:
+    """Close the kept-alive connections made to ``address`` (each after the request it is
+    serving). Closing the listener alone leaves them open: Traefik and Prometheus pool idle
+    connections by address, and would send the next pod given this IP to this shim, whose pod is
+    gone (its answers, or its metrics under the new pod's labels). Returns how many."""
+    server = runner.server
+    closed = 0
+    for handler in list(server.connections) if server is not None else []:
+        transport = handler.transport
+        if transport is None or transport.get_extra_info("sockname")[:2] != address:
+            continue
+        # close() ends a connection after the request it serves; an idle one waits for the next
+        # request and ignores it (aiohttp 3.14), so that one is closed now.
+        if getattr(handler, "_request_in_progress", True):
+            handler.close()
+        else:
+            handler.force_close()
+        closed += 1
+    return closed
+
+
 async def serve(app: web.Application, loopback: socket.socket,
                 pod: socket.socket | None) -> None:
     """Serve ``app`` on both sockets until SIGTERM or SIGINT, then shut down gracefully (what
@@ -336,9 +358,12 @@ async def serve(app: web.Application, loopback: socket.socket,
 
         released: list[asyncio.Task[None]] = []
 
+        pod_address = pod.getsockname()
+
         def release() -> None:
             loop.remove_signal_handler(signal.SIGUSR1)
             released.append(loop.create_task(pod_site.stop()))
+            close_connections_to(runner, pod_address)
         loop.add_signal_handler(signal.SIGUSR1, release)
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -104,9 +104,21 @@ def test_without_the_privilege_to_make_a_namespace_up_stops_and_says_why(names):
     assert names["IR_POD_NETNS"] not in host("netns", "list")  # no half pod network
 
 
+CONFIG_REQUEST = b"GET /-/shim/config HTTP/1.1\r\nHost: pod\r\nConnection: keep-alive\r\n\r\n"
+
+
+def kept_alive(host: str, port: int) -> socket.socket:
+    """A connection that has had one answer and is kept alive for the next request."""
+    sock = socket.create_connection((host, port), timeout=5)
+    sock.sendall(CONFIG_REQUEST)
+    assert sock.recv(65536).startswith(b"HTTP/1.1 200")
+    return sock
+
+
 def test_the_shim_releases_a_deleted_pods_address_at_once_and_keeps_serving(tmp_path: Path):
     """KWOK hands a deleted pod's IP to the next pod at once: SIGUSR1 (the bridge's 'pod object
-    gone') closes the shim's listener on the pod address while the loopback one drains on."""
+    gone') closes the shim's listener on the pod address, and the connections made to it, while
+    the loopback one drains on."""
     upstream = socket.create_server(("127.0.0.1", 0))  # never answers: not needed here
     loop_port, pod_port = free_port(), free_port()
     pod_ip = "127.0.0.7"  # a loopback address stands in for the pod's (no namespace needed)
@@ -121,7 +133,16 @@ def test_the_shim_releases_a_deleted_pods_address_at_once_and_keeps_serving(tmp_
         while pod_ip not in listen_addresses(pod_port) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert pod_ip in listen_addresses(pod_port), (tmp_path / "shim.log").read_text()
+        # kept-alive connections, as Traefik and Prometheus pool them by address
+        via_pod = kept_alive(pod_ip, pod_port)
+        via_loopback = kept_alive("127.0.0.1", loop_port)
         proc.send_signal(signal.SIGUSR1)
+        via_pod.settimeout(5)
+        assert via_pod.recv(1) == b"", "the pooled connection to the pod address stayed open"
+        via_loopback.sendall(CONFIG_REQUEST)  # the loopback one still serves
+        assert via_loopback.recv(65536).startswith(b"HTTP/1.1 200")
+        via_pod.close()
+        via_loopback.close()
         deadline = time.monotonic() + 5
         while pod_ip in listen_addresses(pod_port) and time.monotonic() < deadline:
             time.sleep(0.02)
