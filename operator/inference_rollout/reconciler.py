@@ -35,6 +35,7 @@ from .budget.lint import lint_manifest
 from .config_objects import Missing, configmap_text, secret_text
 from .core import validation
 from .core.decide import IDLE_SECONDS, analysis_due, decide
+from .core.evaluation_gate import begun as evaluation_begun
 from .core.evaluation_gate import evaluation_due
 from .core.notices import notices
 from .core.revision import template_hash
@@ -209,6 +210,11 @@ async def _reconcile(deps: Deps, body: dict[str, Any]) -> float:
         now = deps.now()
     evaluation = None
     if not deleting and evaluation_due(spec, status, now, world_revisions):
+        # Recorded as begun first: if this process dies during the run, the next one counts
+        # it as an error instead of starting it again at once (core/evaluation_gate.py).
+        begun_status = evaluation_begun(status, now)
+        await write_status(deps, body, status, begun_status)
+        status = begun_status
         async with outside_slot(deps):
             evaluation = await _evaluate(deps, spec, status, ns, name, world_revisions)
         now = deps.now()

@@ -10,6 +10,7 @@ its replies, which the ``json-valid`` scorer fails.
 from __future__ import annotations
 
 import json
+from datetime import datetime, timedelta
 
 import pytest
 
@@ -82,3 +83,29 @@ def test_a_canary_that_keeps_its_json_is_promoted(
     then.healthy(revision=v2, timeout=150)
     events = story.release.events()
     assert any(e.startswith("EvaluationPassed: ") for e in events), events
+
+
+def test_an_evaluation_the_operator_never_finished_is_an_error_not_a_run_at_once(
+        given: Given, when: When, then: Then, story: Story) -> None:
+    # Given a healthy rollout with an evaluation set, and a release whose replies take 4 s each
+    # (20 cases, 4 at a time: a run of about 20 s)
+    evaluated("evkill", given, story)
+    when.template_changes(version="v2", ttft_ms=4000)
+    # When the operator is killed during the run (SIGKILL, as the kernel's OOM killer does)
+    running = then.status(lambda s: s.get("evaluationRunning"), 120,
+                          "an evaluation begun")["evaluationRunning"]
+    assert running["revision"] == then.canary()
+    when.operator_killed(down_for=1)
+    # Then its successor records the run as an error instead of starting it again at once
+    st = then.status(lambda s: (s.get("evaluation") or {}).get("verdict") == "Error", 60,
+                     "the interrupted run recorded")
+    ev = st["evaluation"]
+    assert ev["message"].startswith("interrupted: the operator stopped while the evaluation "
+                                    f"begun at {running['startedAt']} ran"), ev
+    assert ev["consecutiveErrors"] == 1 and st["canaryWeight"] == 0
+    # and the next run begins only after analysis.interval (5 s) from that error
+    again = then.status(lambda s: s.get("evaluationRunning"), 60, "the next run begun")
+    started = datetime.fromisoformat(again["evaluationRunning"]["startedAt"])
+    assert started - datetime.fromisoformat(ev["measuredAt"]) >= timedelta(seconds=4.5), again
+    events = story.release.events()
+    assert any(e.startswith("EvaluationError: ") and "interrupted" in e for e in events), events

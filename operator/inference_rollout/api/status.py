@@ -95,6 +95,15 @@ class EvaluationResult(StatusModel):
     consecutive_errors: int = 0
 
 
+class EvaluationRun(StatusModel):
+    """An evaluation the operator began and has not recorded yet. Written before the run starts:
+    found on the next reconcile, it means the operator stopped during the run (a restart, or a
+    kill for memory), which counts as an error and waits an interval, never a run again at once."""
+
+    revision: Revision
+    started_at: str
+
+
 class Requests(StatusModel):
     """Steering requests written by ``kubectl inference-rollout``.
 
@@ -140,6 +149,9 @@ class InferenceRolloutStatus(StatusModel):
     evaluation: EvaluationResult | None = Field(
         None, description="The business evaluation of the current canary, once it has run."
     )
+    evaluation_running: EvaluationRun | None = Field(
+        None, description="The business evaluation begun and not yet recorded (a restart "
+        "during it counts as an evaluation error).")
     conditions: list[Condition] = Field(default_factory=list)
     message: str = ""
     requests: Requests = Field(default_factory=Requests)

@@ -46,6 +46,7 @@ from .types import (
     Action,
     Decision,
     DeleteRevision,
+    EvaluationOutcome,
     EnsureRevision,
     Measurement,
     MeasurementError,
@@ -244,7 +245,8 @@ def _release(run: _Run) -> None:
     # carries none, and what was measured belonged to the canary it replaced.
     if run.world.measurements is not None and st.canary_weight > 0 and _analyse(run):
         return
-    if run.world.evaluation is not None and _evaluate(run):
+    outcome = run.world.evaluation or gate.interrupted(st)
+    if outcome is not None and _evaluate(run, outcome):
         return
     _progress(run)
 
@@ -262,6 +264,7 @@ def _start_release(run: _Run, reason: str, message: str) -> None:
     st.last_analysis_at = None
     st.analysis = {}
     st.evaluation = None  # the gate runs again for this canary (also on retry)
+    st.evaluation_running = None
     st.aborted, st.abort_reason, st.aborted_at = False, None, None
     keep_pause = st.requests.pause
     st.requests = Requests(pause=keep_pause)
@@ -278,7 +281,7 @@ def _abandon_canary(run: _Run) -> None:
     st.old_revisions[st.canary_revision] = to_iso(run.now + timedelta(seconds=delay))
     st.canary_revision, st.current_step, st.canary_weight = None, None, 0
     st.step_entered_at = st.step_started_at = st.last_analysis_at = None
-    st.evaluation = None
+    st.evaluation = st.evaluation_running = None
 
 
 def _fit_steps(run: _Run) -> None:
@@ -456,18 +459,18 @@ def _bound_inconclusive(run: _Run) -> bool:
     return False
 
 
-def _evaluate(run: _Run) -> bool:
+def _evaluate(run: _Run, evaluation: EvaluationOutcome) -> bool:
     """Record the business evaluation; roll back or pause per its result.  True when rolled
     back."""
     st, spec = run.status, run.spec
-    assert run.world.evaluation is not None and spec.evaluation is not None
-    outcome = gate.record(spec, st, run.world.evaluation, run.now)
+    assert spec.evaluation is not None
+    outcome = gate.record(spec, st, evaluation, run.now)
     ev = st.evaluation
     if outcome is None or ev is None:
         return False
     scores = {"canary": st.canary_revision, "canary_score": ev.canary_score or 0.0,
               "stable_score": ev.stable_score or 0.0, "max_drop": spec.evaluation.max_drop_points,
-              "cases": run.world.evaluation.cases}
+              "cases": evaluation.cases}
     if outcome == "Fail":
         _abort(run, r.EVALUATION_FAILED, r.EVALUATION_FAILED_MSG.format(**scores))
         return True

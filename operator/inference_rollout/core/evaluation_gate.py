@@ -9,7 +9,11 @@ the result is recorded in ``status.evaluation`` for the current canary revision:
 * an error (ConfigMap missing or malformed, a Service unreachable) never passes: it is retried
   after ``spec.analysis.interval``, and after ``consecutiveErrorLimit`` errors in a row it follows
   ``onErrorLimit`` (pause by default, as the analysis does);
-* the canary more than ``maxDropPoints`` below the stable fails: the release is rolled back.
+* the canary more than ``maxDropPoints`` below the stable fails: the release is rolled back;
+* a run is recorded as begun (``status.evaluationRunning``) before it starts: one the operator
+  never finished (it restarted, or was killed for memory during the run) is an error like any
+  other, retried after the interval, so a run that kills the operator ends at the error limit
+  instead of killing every successor at once.
 
 The I/O (reading the ConfigMap, calling the Services, scoring) is in
 :mod:`inference_rollout.evaluation`; the reconciler runs it when :func:`evaluation_due` says so
@@ -24,7 +28,7 @@ from typing import Literal
 
 from ..api import reasons as r
 from ..api.spec import InferenceRolloutSpec
-from ..api.status import EvaluationResult, InferenceRolloutStatus
+from ..api.status import EvaluationResult, EvaluationRun, InferenceRolloutStatus
 from .capacity import ready_enough
 from .steps import current_step
 from .timeutil import from_iso, to_iso
@@ -76,10 +80,34 @@ def evaluation_due(spec: InferenceRolloutSpec, status: InferenceRolloutStatus, n
     step = current_step(spec, status)
     if step is None or not ready_enough(spec, step, canary.ready if canary else 0):
         return False
+    if status.evaluation_running is not None:
+        return False  # begun and never recorded: decide counts it as an error (interrupted)
     ev = current(status)
     if ev is None:
         return True
     return ev.verdict == "Error" and retry_in(spec, status, now) <= 0
+
+
+def begun(status: InferenceRolloutStatus, now: datetime) -> InferenceRolloutStatus:
+    """The status to write before the evaluation runs: a process that dies during the run (an
+    evaluation holds replies in memory; five at once took the operator past its memory limit)
+    leaves this behind, and its successor counts the run as an error instead of starting it
+    again at once."""
+    assert status.canary_revision is not None
+    out = status.model_copy(deep=True)
+    out.evaluation_running = EvaluationRun(revision=status.canary_revision,
+                                           started_at=to_iso(now))
+    return out
+
+
+def interrupted(status: InferenceRolloutStatus) -> EvaluationOutcome | None:
+    """The error outcome of an evaluation begun and never recorded, for the current canary."""
+    run = status.evaluation_running
+    if run is None or run.revision != status.canary_revision:
+        return None
+    return EvaluationOutcome(run.revision, error=(
+        f"interrupted: the operator stopped while the evaluation begun at {run.started_at} ran "
+        "(restarted, or killed for memory: see its restarts and memory limit)"))
 
 
 Outcome = Literal["Pass", "Fail", "Error", "ErrorLimit"]
@@ -90,6 +118,7 @@ def record(spec: InferenceRolloutSpec, status: InferenceRolloutStatus,
     """Write ``outcome`` into ``status.evaluation``; return its meaning, or None when it does not
     apply (another revision's, or the gate was already decided: recording is idempotent)."""
     ev = spec.evaluation
+    status.evaluation_running = None  # recorded, or no longer this canary's
     if ev is None or not waiting(spec, status) or outcome.revision != status.canary_revision:
         return None
     before = current(status)
