@@ -15,10 +15,17 @@ venv: .venv/.installed
 lint: venv
 	.venv/bin/ruff check operator tests sandbox
 	.venv/bin/mypy
+	.venv/bin/mypy tests/unit  # the unit tests, not strictly ([[tool.mypy.overrides]] tests.*)
 	.venv/bin/lint-imports
 
+# The unit tier runs under coverage and fails below a floor per group: the reconciler, the kopf
+# handlers and the kubectl plugin (cli/ as a whole).  Each floor is a few points under what the
+# unit tests reached (reconciler 92 %, handlers 93 %, cli/ 90 %); raise them as tests are added.
 unit: venv
-	$(PY) -m pytest tests/unit sandbox/tests -q
+	$(PY) -m coverage run -m pytest tests/unit sandbox/tests -q -p no:cacheprovider
+	$(PY) -m coverage report --fail-under=88 --include=operator/inference_rollout/reconciler.py
+	$(PY) -m coverage report --fail-under=89 --include=operator/inference_rollout/handlers.py
+	$(PY) -m coverage report --fail-under=86 --include='operator/inference_rollout/cli/*'
 
 crd: venv
 	$(PY) -m inference_rollout.api.crd > crds/rollouts.inference.dev_inferencerollouts.yaml

@@ -72,6 +72,7 @@ step "6. the chart (cluster mode) in ${OPERATOR_NS}"
   --namespace "${OPERATOR_NS}" --create-namespace \
   --set image.repository="${IMAGE_REPO}" --set image.tag="${IMAGE_TAG}" \
   --set image.pullPolicy=Never \
+  --set 'tenancy.prometheusAllow={http://prometheus.monitoring:9090}' \
   --set-string 'podAnnotations.prometheus\.io/scrape=true' \
   --set-string 'podAnnotations.prometheus\.io/port=8081' \
   --wait --timeout 3m

@@ -24,13 +24,14 @@ fi
 # (sandbox/tests), and the integration tier runs Prometheus; installed before them, never skipped.
 bash sandbox/build.sh apt
 
-step "static checks: ruff, mypy (strict on core/api/budget), layering contracts"
+step "static checks: ruff, mypy (strict on core/api/budget; the unit tests too), layering contracts"
 .venv/bin/ruff check $(ls -d operator tests sandbox hack bench 2>/dev/null)
 .venv/bin/mypy
+.venv/bin/mypy tests/unit  # not strictly: pyproject.toml's override for tests.*
 .venv/bin/lint-imports
 
 step "unit tests (the operator's, and the sandbox's own beside it)"
-$PY -m pytest tests/unit sandbox/tests -q -p no:cacheprovider
+make -s unit  # under coverage, with floors for the reconciler, handlers and CLI (Makefile)
 
 step "operator image: build from the Dockerfile with buildah (cached base; at most 15 min)"
 # No Docker needed: Debian's buildah, a base from Debian packages (docs/install.md). tests/image

@@ -3,7 +3,8 @@
     inference-rollout operator [--namespace NS]... | --all-namespaces
                                [--log-format plain|json] [--liveness-port 8080]
                                [--metrics-port 8081] [--kubeconfig PATH]
-                               [--prometheus-allow URL]... [--confine-queries]
+                               [--prometheus-allow URL]... | --prometheus-allow-any]
+                               [--no-confine-queries]
                                [--notify-allow URL]... [--notify-secret NAME]
                                [--leader-elect [--leader-election-namespace NS] ...]
     inference-rollout release-finalizers (--namespace NS)... | --all-namespaces [--kubeconfig PATH]
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import sys
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -40,13 +42,20 @@ def _parser() -> argparse.ArgumentParser:
                     help="send the business evaluation's requests to revision Services through "
                          "this HTTP forward proxy (when the operator runs outside the cluster)")
     tenancy = op.add_argument_group("tenancy (docs/security.md)")
-    tenancy.add_argument("--prometheus-allow", action="append", default=[], metavar="URL",
-                         help="a Prometheus base URL rollouts may name (repeatable); an address "
-                              "outside the list is never contacted and its metrics are errors. "
-                              "Default: any address")
-    tenancy.add_argument("--confine-queries", action="store_true",
+    allow = tenancy.add_mutually_exclusive_group()
+    allow.add_argument("--prometheus-allow", action="append", default=[], metavar="URL",
+                       help="a Prometheus base URL rollouts may name (repeatable); an address "
+                            "outside the list is never contacted and its metrics are errors. "
+                            "Default: none (no rollout is measured until one is allowed)")
+    allow.add_argument("--prometheus-allow-any", action="store_true",
+                       help="the opt-out: rollouts may name any Prometheus address (one team "
+                            "per cluster; a tenant's token then goes where its spec says)")
+    tenancy.add_argument("--confine-queries", action=argparse.BooleanOptionalAction,
+                         default=True,
                          help="add namespace=\"<the rollout's namespace>\" to every selector of "
-                              "every query (a conflicting namespace matcher is an error)")
+                              "every query a rollout's metrics send (a conflicting namespace "
+                              "matcher is an error). Default: on; --no-confine-queries is the "
+                              "opt-out")
     notify = op.add_argument_group("notifications (docs/notifications.md)")
     notify.add_argument("--notify-allow", action="append", default=[], metavar="URL",
                         help="a webhook base URL notifications may go to (repeatable); default: "
@@ -103,6 +112,7 @@ def run_operator(args: argparse.Namespace) -> int:
     handlers.Runtime.metrics_port = args.metrics_port
     handlers.Runtime.service_proxy = args.service_proxy
     handlers.Runtime.prometheus_allow = tuple(args.prometheus_allow)
+    handlers.Runtime.prometheus_allow_any = bool(args.prometheus_allow_any)
     handlers.Runtime.confine_queries = bool(args.confine_queries)
     handlers.Runtime.clusterwide = bool(args.all_namespaces)
     handlers.Runtime.namespace_patterns = tuple(args.namespaces or ())
@@ -110,6 +120,12 @@ def run_operator(args: argparse.Namespace) -> int:
                                        namespace_secret=args.notify_secret or None)
     fmt = kopf.LogFormat.JSON if args.log_format == "json" else kopf.LogFormat.PLAIN
     kopf.configure(verbose=args.verbose, log_format=fmt)
+    if not args.prometheus_allow and not args.prometheus_allow_any:
+        logging.getLogger("inference_rollout").warning(
+            "no Prometheus address is allowed: every rollout's metrics are errors and no release "
+            "passes analysis. Name yours with --prometheus-allow URL (chart value "
+            "tenancy.prometheusAllow), or allow any with --prometheus-allow-any "
+            "(tenancy.allowAnyPrometheus) on a single-team cluster (docs/security.md)")
 
     def operator(stop_flag: asyncio.Event | None = None) -> Coroutine[Any, Any, None]:
         return kopf.operator(

@@ -13,7 +13,8 @@ import base64
 import binascii
 from dataclasses import dataclass
 
-from .kube import Kube, KubeError
+from .kube import KubeError
+from .kube_protocol import ObjectReader
 from .paths import ns_path
 
 
@@ -36,7 +37,7 @@ def _decoded(value: object) -> str | None:
         return None
 
 
-async def secret_texts(kube: Kube, namespace: str, name: str
+async def secret_texts(kube: ObjectReader, namespace: str, name: str
                        ) -> dict[str, str | None] | Missing:
     """Every key of the Secret as text (stripped; ``None`` where it is not base64 of UTF-8
     text), in one read, or :class:`Missing` saying why there is none."""
@@ -47,7 +48,8 @@ async def secret_texts(kube: Kube, namespace: str, name: str
     return {str(k): _decoded(v) for k, v in (body.get("data") or {}).items()}
 
 
-async def secret_text(kube: Kube, namespace: str, name: str, key: str) -> str | Missing | None:
+async def secret_text(kube: ObjectReader, namespace: str, name: str, key: str
+                      ) -> str | Missing | None:
     """The key's value as text (stripped), ``None`` when it is not base64 of UTF-8 text, or
     :class:`Missing` saying why there is none."""
     texts = await secret_texts(kube, namespace, name)
@@ -58,7 +60,7 @@ async def secret_text(kube: Kube, namespace: str, name: str, key: str) -> str | 
     return texts[key]
 
 
-async def configmap_text(kube: Kube, namespace: str, name: str, key: str) -> str | Missing:
+async def configmap_text(kube: ObjectReader, namespace: str, name: str, key: str) -> str | Missing:
     """The key's text, or :class:`Missing` saying why there is none."""
     try:
         body = await kube.get(ns_path("", "v1", namespace, "configmaps", name))

@@ -37,7 +37,8 @@ from kopf._cogs.structs.references import (
     select_specific_namespaces,
 )
 
-from .kube import Kube, KubeError
+from .kube import KubeError
+from .kube_protocol import FinalizerClient
 from .paths import cluster_path, rollout_path
 
 log = logging.getLogger("inference_rollout")
@@ -67,7 +68,7 @@ def finalizer_removal(rollout: dict[str, Any], finalizer: str) -> list[dict[str,
     return [{"op": "test", "path": path, "value": finalizer}, {"op": "remove", "path": path}]
 
 
-async def sweep(kube: Kube, namespaces: set[str], finalizer: str, cleanup: Cleanup,
+async def sweep(kube: FinalizerClient, namespaces: set[str], finalizer: str, cleanup: Cleanup,
                 now: datetime, grace: float = GRACE_SECONDS) -> list[str]:
     """One pass; returns ``namespace/name`` of every rollout whose finalizer it removed (those
     marked for deletion ``grace`` seconds ago or more)."""
@@ -110,7 +111,7 @@ def in_scope(namespace: str, patterns: tuple[str, ...]) -> bool:
     return any(match_namespace(NamespaceName(namespace), p) for p in patterns)
 
 
-async def deleted_in_scope(kube: Kube, patterns: tuple[str, ...]) -> set[str]:
+async def deleted_in_scope(kube: FinalizerClient, patterns: tuple[str, ...]) -> set[str]:
     """The pattern's namespaces that may hold deletions kopf will not hand over: explicit names
     as given (no API call), and, when a pattern is a glob, those being deleted now."""
     found: set[str] = set(select_specific_namespaces(patterns))
@@ -122,7 +123,7 @@ async def deleted_in_scope(kube: Kube, patterns: tuple[str, ...]) -> set[str]:
     return found
 
 
-async def run(kube: Kube, namespaces: set[str], finalizer: str, cleanup: Cleanup,
+async def run(kube: FinalizerClient, namespaces: set[str], finalizer: str, cleanup: Cleanup,
               clock: Callable[[], datetime], patterns: tuple[str, ...] = ()) -> None:
     while True:
         await asyncio.sleep(SWEEP_SECONDS)

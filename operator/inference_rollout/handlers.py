@@ -19,7 +19,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any, ClassVar, cast
+from collections.abc import Awaitable, Callable
+from typing import Any, ClassVar, TypeVar, cast
 
 import kopf
 from aiohttp import web
@@ -35,6 +36,19 @@ from .paths import rollout_path
 from .reconciler import EXPECTED_ERRORS, Deps, fail_safe, reconcile, release_before_deletion
 
 log = logging.getLogger("inference_rollout")
+
+_Handler = TypeVar("_Handler", bound=Callable[..., Awaitable[Any]])
+
+
+def _handler(kopf_decorator: Callable[[Callable[..., Any]], object]
+             ) -> Callable[[_Handler], _Handler]:
+    """Registers a handler with ``kopf_decorator`` (one of kopf's) and keeps the function's own
+    type: kopf's decorators return the function itself, but typed as kopf's handler protocol,
+    which needs every keyword kopf passes (the tests call the handlers with fewer)."""
+    def register(fn: _Handler) -> _Handler:
+        kopf_decorator(fn)
+        return fn
+    return register
 FINALIZER = f"{GROUP}/finalizer"
 ERROR_BACKOFF_SECONDS = 5.0
 #: After an unexpected exception: 5 s, doubled per failure in a row, at most this long.
@@ -57,7 +71,8 @@ class Runtime:
     kubeconfig: str | None = None
     service_proxy: str | None = None  # --service-proxy: the evaluation's HTTP forward proxy
     prometheus_allow: tuple[str, ...] = ()  # --prometheus-allow (docs/security.md)
-    confine_queries: bool = False  # --confine-queries (docs/security.md)
+    prometheus_allow_any: bool = False  # --prometheus-allow-any: the opt-out
+    confine_queries: bool = True  # --confine-queries, on unless --no-confine-queries
     clusterwide: bool = True  # --all-namespaces; else the deletion watchdog runs
     namespace_patterns: tuple[str, ...] = ()  # --namespace (the watchdog's scope, with served)
     notify: Settings = Settings()  # --notify-allow, --notify-secret (docs/notifications.md)
@@ -101,7 +116,7 @@ def configure(settings: kopf.OperatorSettings) -> None:
     settings.networking.request_timeout = 30
 
 
-@kopf.on.login()
+@_handler(kopf.on.login())
 async def login(settings: kopf.OperatorSettings, **_: Any) -> kopf.ConnectionInfo | None:
     """kopf's own client (watches, finalizers, Events) logs in like the operator's client, with
     the same choice of credentials (``kube.load_configuration``, as kubectl chooses): kopf's
@@ -126,13 +141,14 @@ async def _connection_info(cfg: Configuration,
         trust_env=settings.networking.trust_env)
 
 
-@kopf.on.startup()
+@_handler(kopf.on.startup())
 async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
     configure(settings)
     kube = Kube(await load_configuration(Runtime.kubeconfig))
     Runtime.deps = Deps(kube=kube, post_event=_post_event,
                         service_proxy=Runtime.service_proxy,
                         prometheus_allow=Runtime.prometheus_allow,
+                        prometheus_allow_any=Runtime.prometheus_allow_any,
                         confine_queries=Runtime.confine_queries,
                         notifier=Notifier(kube, Runtime.notify))
     app = web.Application()
@@ -143,7 +159,7 @@ async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
     log.info("metrics on :%d/metrics", Runtime.metrics_port)
     if not Runtime.clusterwide:
         Runtime.watchdog = asyncio.create_task(deletion_watchdog.run(
-            Runtime.deps.kube, Runtime.served_namespaces, FINALIZER,
+            kube, Runtime.served_namespaces, FINALIZER,
             _release_before_deletion, Runtime.deps.now, Runtime.namespace_patterns))
 
 
@@ -153,7 +169,7 @@ async def _release_before_deletion(body: dict[str, Any]) -> None:
     operator_metrics.forget_rollout(body["metadata"]["namespace"], body["metadata"]["name"])
 
 
-@kopf.on.cleanup()
+@_handler(kopf.on.cleanup())
 async def cleanup(**_: Any) -> None:
     if Runtime.watchdog is not None:
         Runtime.watchdog.cancel()
@@ -169,7 +185,7 @@ def _key(namespace: str | None, name: str | None) -> tuple[str, str]:
     return (namespace or "", name or "")
 
 
-@kopf.on.event(GROUP, VERSION, PLURAL)
+@_handler(kopf.on.event(GROUP, VERSION, PLURAL))
 async def wake_on_change(body: kopf.Body, **_: Any) -> None:
     """Wake the rollout's daemon for changes it must act on now, not for its own status
     writes (which would only cause a no-op reconcile)."""
@@ -181,7 +197,7 @@ async def wake_on_change(body: kopf.Body, **_: Any) -> None:
         _wake(meta.get("namespace"), meta.get("name"))
 
 
-@kopf.on.event("apps", "v1", "deployments", labels={LABEL_ROLLOUT: kopf.PRESENT})
+@_handler(kopf.on.event("apps", "v1", "deployments", labels={LABEL_ROLLOUT: kopf.PRESENT}))
 async def wake_on_deployment(body: kopf.Body, **_: Any) -> None:
     """A revision's pods became Ready (or were lost): the step need not wait for the poll."""
     rollout = wakeups.deployment_rollout(dict(body))
@@ -189,7 +205,7 @@ async def wake_on_deployment(body: kopf.Body, **_: Any) -> None:
         _wake(body.get("metadata", {}).get("namespace"), rollout)
 
 
-@kopf.on.event("gateway.networking.k8s.io", "v1", "httproutes")
+@_handler(kopf.on.event("gateway.networking.k8s.io", "v1", "httproutes"))
 async def wake_on_route(body: kopf.Body, **_: Any) -> None:
     """The gateway answered for the route's current generation: a pending weight's hold may
     start (or a refusal be acted on) now."""
@@ -204,7 +220,7 @@ def _wake(namespace: str | None, name: str | None) -> None:
         ev.set()
 
 
-@kopf.daemon(GROUP, VERSION, PLURAL, cancellation_timeout=5.0)
+@_handler(kopf.daemon(GROUP, VERSION, PLURAL, cancellation_timeout=5.0))
 async def run_rollout(stopped: kopf.DaemonStopped, name: str, namespace: str | None,
                       **_: Any) -> None:
     deps = Runtime.deps
@@ -287,7 +303,7 @@ async def _warn_once(key: tuple[str, str], body: dict[str, Any] | None, reason: 
         await _post_event(body, RecordEvent("Warning", reason, message))
 
 
-@kopf.on.delete(GROUP, VERSION, PLURAL)
+@_handler(kopf.on.delete(GROUP, VERSION, PLURAL))
 async def on_delete(body: kopf.Body, **_: Any) -> None:
     """Return all traffic to stable before the rollout (and, by garbage collection, its
     revisions) goes.  Retried by kopf until it succeeds; an unexpected failure falls back to

@@ -42,7 +42,8 @@ from typing import Any
 
 from aiohttp import web
 
-from .kube import Kube, KubeError
+from .kube import KubeError
+from .kube_protocol import LeaseClient
 from .paths import ns_path
 
 log = logging.getLogger("inference_rollout.leader")
@@ -77,7 +78,7 @@ def _now_micro() -> str:
 
 
 class LeaseElector:
-    def __init__(self, kube: Kube, namespace: str, name: str, identity: str,
+    def __init__(self, kube: LeaseClient, namespace: str, name: str, identity: str,
                  timing: Timing = Timing(),
                  monotonic: Callable[[], float] = time.monotonic) -> None:
         self.kube, self.namespace, self.name = kube, namespace, name
@@ -215,7 +216,7 @@ class Holder(threading.Thread):
     ``on_lost`` is called from this thread when leadership is lost (the process exits there);
     :meth:`stop_and_release` ends renewing and gives the Lease up (a clean stop)."""
 
-    def __init__(self, elector: LeaseElector, make_kube: Callable[[], Kube],
+    def __init__(self, elector: LeaseElector, make_kube: Callable[[], LeaseClient],
                  on_lost: Callable[[], None]) -> None:
         super().__init__(name="lease-holder", daemon=True)
         self.elector, self.make_kube, self.on_lost = elector, make_kube, on_lost

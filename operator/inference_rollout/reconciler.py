@@ -24,7 +24,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from pydantic import ValidationError
 
@@ -56,14 +56,21 @@ from .core.types import (
 )
 from .evaluation.cases import CasesError, parse_cases
 from .evaluation.runner import run_evaluation, served_model, service_url
-from .kube import Kube, KubeError
+from .kube import KubeError
+from .kube_protocol import KubeClient
 from .metrics.measure import measure
 from .metrics.source import BEARER_TOKEN, MetricSource, PrometheusSource, Unreachable
-from .metrics.tenancy import FailingSource, NamespaceConfined, address_allowed, refused
+from .metrics.tenancy import (
+    FailingSource,
+    NamespaceConfined,
+    address_allowed,
+    refused,
+    unconfined,
+)
 from .notify.delivery import Notifier
 from .paths import rollout_path
 from .traffic.gateway import HTTPRouteRouter
-from .traffic.router import RouteError, RouteMissing, RouteState
+from .traffic.router import RouteError, RouteMissing, RouteState, TrafficRouter
 from .workloads.revisions import RevisionError, Revisions
 
 log = logging.getLogger("inference_rollout")
@@ -79,11 +86,20 @@ NAMESPACE_TERMINATING = "because it is being terminated"
 DEFAULT_SERVING_PORT = 8000
 
 
+class PooledSource(MetricSource, Protocol):
+    """A cached Prometheus client (:attr:`Deps.sources`): closed once evicted and its queries'
+    timeout has passed."""
+
+    timeout_s: float
+
+    async def aclose(self) -> None: ...
+
+
 @dataclass
 class Deps:
     """What a reconcile needs from outside: the API, Prometheus, events, a clock."""
 
-    kube: Kube
+    kube: KubeClient
     post_event: EventSink
     now: Callable[[], datetime] = lambda: datetime.now(UTC)
     service_proxy: str | None = None  # the evaluation reaches revision Services through it
@@ -91,11 +107,13 @@ class Deps:
     slots: asyncio.Semaphore | None = None
     #: Tenancy settings (docs/security.md): the Prometheus addresses rollouts may name (empty:
     #: any), and whether every query is confined to the rollout's namespace.
+    #: Secure by default: no address is allowed until listed, unless ``prometheus_allow_any``.
     prometheus_allow: tuple[str, ...] = ()
-    confine_queries: bool = False
+    prometheus_allow_any: bool = False
+    confine_queries: bool = True
     #: One client (connection pool) per address, timeout and token, least recently used first;
     #: at most ``max_sources``, so addresses a tenant tries one after another cannot pile up.
-    sources: OrderedDict[tuple[str, float, str | None], PrometheusSource] = field(
+    sources: OrderedDict[tuple[str, float, str | None], PooledSource] = field(
         default_factory=OrderedDict)
     max_sources: int = 32
     _closing: set[asyncio.Task[None]] = field(default_factory=set)
@@ -136,7 +154,8 @@ class Deps:
     async def source_for(self, spec: InferenceRolloutSpec, namespace: str) -> MetricSource:
         prom = spec.analysis.prometheus
         assert prom is not None
-        if self.prometheus_allow and not address_allowed(prom.address, self.prometheus_allow):
+        if not self.prometheus_allow_any and not address_allowed(prom.address,
+                                                                 self.prometheus_allow):
             # Decided before the token is read: a tenant's token never goes to such an address.
             return refused(prom.address)
         token = None
@@ -161,7 +180,7 @@ class Deps:
         return NamespaceConfined(source, namespace) if self.confine_queries else source
 
 
-async def _close_after_its_queries(source: PrometheusSource) -> None:
+async def _close_after_its_queries(source: PooledSource) -> None:
     """Close an evicted client once a query it may still be serving has timed out."""
     await asyncio.sleep(source.timeout_s + 1)
     await source.aclose()
@@ -270,14 +289,14 @@ async def outside_slot(deps: Deps) -> AsyncIterator[None]:
 
 
 def _router(deps: Deps, body: dict[str, Any], traffic: TrafficSpec, port: int,
-            revisions: dict[str, RevisionState]) -> HTTPRouteRouter:
+            revisions: dict[str, RevisionState]) -> TrafficRouter:
     meta = body["metadata"]
     ports = {rev: s.port for rev, s in revisions.items() if s.port is not None}
     return HTTPRouteRouter(deps.kube, meta["namespace"], meta["name"], meta["uid"],
                            traffic.gateway_api, port, ports)
 
 
-async def _route(router: HTTPRouteRouter, deleting: bool) -> RouteState | None:
+async def _route(router: TrafficRouter, deleting: bool) -> RouteState | None:
     """The route's weights and the gateway's view of it; while deleting, a user's route that is
     already gone reads as no route (nothing to return to stable), never as an error that holds
     the finalizer."""
@@ -397,6 +416,7 @@ async def _measure(deps: Deps, spec: InferenceRolloutSpec, status: InferenceRoll
     return await measure(
         source, ns, name, status.canary_revision, status.stable_revision, metrics,
         spec.analysis.interval_seconds, spec.analysis.min_samples,
+        gateway_source=unconfined(source),
         scrape_interval_s=spec.analysis.prometheus.scrape_interval_seconds,
         since=None if started is None else started.timestamp(),
         # The weight in force: set, and accepted by the gateway (the hold has started).
@@ -440,7 +460,7 @@ async def _evaluate(deps: Deps, spec: InferenceRolloutSpec, status: InferenceRol
 
 
 async def apply_actions(deps: Deps, body: dict[str, Any], decision: Decision,
-                        revisions: Revisions, router: HTTPRouteRouter,
+                        revisions: Revisions, router: TrafficRouter,
                         template: PodTemplate, template_revision: str) -> None:
     """Carry out the core's actions in order.  A failed write stops the rest: later actions may
     rely on it (no scale-down before traffic has moved), and the next reconcile retries.

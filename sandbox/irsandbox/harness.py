@@ -27,16 +27,21 @@ class OperatorProcess:
     """The operator as a real process (``inference-rollout operator``), killable at will.
     ``namespaces`` (kopf globs) scopes it; without them it watches every namespace.  With
     ``service_proxy`` it reaches Services through the nginx translator's forward proxy (there is
-    no cluster DNS here), as the evaluation gate needs."""
+    no cluster DNS here), as the evaluation gate needs.  It runs with the operator's secure
+    defaults (queries confined to each rollout's namespace), allowed the sandbox's Prometheus
+    (``PROMETHEUS_URL``) and any address in ``prometheus_allow``."""
 
     def __init__(self, env: dict[str, str], log_name: str = "operator",
                  namespaces: list[str] | None = None, metrics_port: int = 18481,
                  liveness_port: int = 18480, service_proxy: bool = True,
-                 extra_args: tuple[str, ...] = (), unset_env: tuple[str, ...] = ()) -> None:
+                 extra_args: tuple[str, ...] = (), unset_env: tuple[str, ...] = (),
+                 prometheus_allow: tuple[str, ...] = ()) -> None:
         """``extra_args`` are appended to the command line; ``unset_env`` names variables the
         process must not inherit (e.g. ``KUBECONFIG``, to prove ``--kubeconfig`` alone works)."""
         self.env, self.namespaces, self.service_proxy = env, namespaces, service_proxy
         self.extra_args, self.unset_env = extra_args, unset_env
+        self.prometheus_allow = tuple(a for a in (env.get("PROMETHEUS_URL", ""),
+                                                  *prometheus_allow) if a)
         self.metrics_port, self.liveness_port = metrics_port, liveness_port
         self.log_path = state_dir() / "logs" / f"{log_name}.log"
         self.proc: subprocess.Popen[bytes] | None = None
@@ -47,6 +52,8 @@ class OperatorProcess:
         cmd = [sys.executable, "-m", "inference_rollout", "operator", *scope,
                "--log-format", "json", "--metrics-port", str(self.metrics_port),
                "--liveness-port", str(self.liveness_port)]
+        for address in self.prometheus_allow:
+            cmd += ["--prometheus-allow", address]
         if self.service_proxy and self.env.get("NGINX_GATEWAY_URL"):
             # the nginx translator forwards <svc>.<ns>.svc to the Service's pods (the sandbox has
             # no cluster DNS; Traefik, the sandbox's gateway, is no forward proxy)

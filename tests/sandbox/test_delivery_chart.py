@@ -289,14 +289,24 @@ def settings_flags(args: list[str]) -> list[str]:
 
 
 def test_tenancy_settings_become_operator_flags() -> None:
+    # secure by default: no address allowed (the operator's default), queries confined (its
+    # default too): no tenancy flag at all
     args = deployment(render())["spec"]["template"]["spec"]["containers"][0]["args"]
-    assert "--prometheus-allow" not in args and "--confine-queries" not in args  # off by default
+    assert settings_flags(args) == []
     docs = render("tenancy.prometheusAllow={http://prometheus.monitoring:9090,"
-                  "https://thanos.example.com/tenant-a}", "tenancy.confineQueries=true")
+                  "https://thanos.example.com/tenant-a}")
     args = deployment(docs)["spec"]["template"]["spec"]["containers"][0]["args"]
     assert settings_flags(args) == [
         "--prometheus-allow", "http://prometheus.monitoring:9090",
-        "--prometheus-allow", "https://thanos.example.com/tenant-a", "--confine-queries"]
+        "--prometheus-allow", "https://thanos.example.com/tenant-a"]
+    # the opt-outs, explicit
+    docs = render("tenancy.allowAnyPrometheus=true", "tenancy.confineQueries=false")
+    args = deployment(docs)["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert settings_flags(args) == ["--prometheus-allow-any", "--no-confine-queries"]
+    # both at once is a mistake, refused by the render
+    both = helm("template", "ir", str(CHART), "--set", "tenancy.allowAnyPrometheus=true",
+                "--set", "tenancy.prometheusAllow={http://p:9090}", check=False)
+    assert both.returncode != 0 and "exclude each other" in both.stderr
 
 
 def test_notification_settings_become_flags_and_grant_exactly_their_secrets() -> None:
@@ -348,6 +358,7 @@ def test_crds_come_from_the_chart_crds_directory() -> None:
     (["replicaCount=2"], "additional properties"),         # one operator, by design
     (["tenancy.prometheusAllow={prometheus:9090}"], "/tenancy/prometheusAllow/0"),
     (["tenancy.confineQueries=maybe"], "/tenancy/confineQueries"),
+    (["tenancy.allowAnyPrometheus=yes"], "/tenancy/allowAnyPrometheus"),
 ])
 def test_the_schema_rejects_bad_values(sets: list[str], message: str) -> None:
     args = ["template", "ir", str(CHART)]

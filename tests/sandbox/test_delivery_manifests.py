@@ -248,7 +248,8 @@ def test_rendered_chart_is_accepted_by_the_api_server(
         "namespaces": ["watch.mode=namespaces", f"watch.namespaces={{{watched}}}"],
         # the values hack/kind-up.sh passes (annotations with --set-string)
         "kind-up": ["image.repository=inference-rollout", "image.tag=0.1.0",
-                    "image.pullPolicy=Never"],
+                    "image.pullPolicy=Never",
+                    "tenancy.prometheusAllow={http://prometheus.monitoring:9090}"],
         "secret": ["watch.mode=namespaces", f"watch.namespaces={{{watched}}}",
                    "prometheus.bearerTokenSecret=prometheus-token"],
     }[mode]

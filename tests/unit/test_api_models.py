@@ -252,7 +252,7 @@ def test_serving_container_is_vllm_else_the_first() -> None:
 def test_models_are_frozen() -> None:
     spec = InferenceRolloutSpec.parse(spec_body())
     with pytest.raises(ValidationError):
-        spec.replicas = 3  # type: ignore[misc]
+        spec.replicas = 3  # type: ignore[misc]  # the refused assignment is the test
 
 
 # --- durations --------------------------------------------------------------------------------

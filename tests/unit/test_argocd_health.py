@@ -140,21 +140,26 @@ def rollout(generation: int = 7, **status: Any) -> dict[str, Any]:
     return body
 
 
-HEALTHY = {"phase": "Healthy", "observed_generation": 7, "stable_revision": "5c9f7d0000",
-           "message": "", "conditions": [cond("Progressing", "False", "ReleaseComplete")]}
-PROGRESSING = {"phase": "Progressing", "observed_generation": 7, "stable_revision": "5c9f7d0000",
-               "canary_revision": "7d1a2b0000", "current_step": 1, "canary_weight": 20,
-               "message": "step 2/4: 20% for 3m12s of 24h; errors 0.001 (Pass: ≤ 0.01)"}
-PAUSED = {**PROGRESSING, "phase": "Paused", "paused_reason": "PauseRequested",
-          "message": "step 2/4: 20% for 3m12s of 24h",
-          "conditions": [cond("Paused", "True", "PauseRequested", "paused by request at 20%")]}
-ABORTED = {**PROGRESSING, "phase": "Degraded", "aborted": True, "abort_reason": "AnalysisFailed",
-           "canary_weight": 0, "message": "rolled back (AnalysisFailed); retry or change the "
-           "template", "conditions": [cond("Aborted", "True", "AnalysisFailed", "ttft-p99 0.9s")]}
-INVALID = {"phase": "Degraded", "observed_generation": 7, "stable_revision": "5c9f7d0000",
-           "message": "invalid spec: metadata.name too long",
-           "conditions": [cond("Valid", "False", "InvalidSpec",
-                               "invalid spec: metadata.name: 60 characters is too long")]}
+HEALTHY: dict[str, Any] = {
+    "phase": "Healthy", "observed_generation": 7, "stable_revision": "5c9f7d0000",
+    "message": "", "conditions": [cond("Progressing", "False", "ReleaseComplete")]}
+PROGRESSING: dict[str, Any] = {
+    "phase": "Progressing", "observed_generation": 7, "stable_revision": "5c9f7d0000",
+    "canary_revision": "7d1a2b0000", "current_step": 1, "canary_weight": 20,
+    "message": "step 2/4: 20% for 3m12s of 24h; errors 0.001 (Pass: ≤ 0.01)"}
+PAUSED: dict[str, Any] = {
+    **PROGRESSING, "phase": "Paused", "paused_reason": "PauseRequested",
+    "message": "step 2/4: 20% for 3m12s of 24h",
+    "conditions": [cond("Paused", "True", "PauseRequested", "paused by request at 20%")]}
+ABORTED: dict[str, Any] = {
+    **PROGRESSING, "phase": "Degraded", "aborted": True, "abort_reason": "AnalysisFailed",
+    "canary_weight": 0, "message": "rolled back (AnalysisFailed); retry or change the "
+    "template", "conditions": [cond("Aborted", "True", "AnalysisFailed", "ttft-p99 0.9s")]}
+INVALID: dict[str, Any] = {
+    "phase": "Degraded", "observed_generation": 7, "stable_revision": "5c9f7d0000",
+    "message": "invalid spec: metadata.name too long",
+    "conditions": [cond("Valid", "False", "InvalidSpec",
+                        "invalid spec: metadata.name: 60 characters is too long")]}
 
 # --- health ------------------------------------------------------------------------------------
 

@@ -14,6 +14,7 @@ from typing import Any
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tests.unit.fakes import UnexpectedKube, no_events
 
 from inference_rollout.budget.lint import lint_manifest
 from inference_rollout.cli.offline import EXIT_FINDINGS, EXIT_OK, run_budget, run_lint
@@ -74,7 +75,7 @@ def _check(findings: Any) -> None:
 @given(manifest=manifests())
 def test_lint_manifest_and_the_reconcilers_lint_never_raise(manifest: dict[str, Any]) -> None:
     _check(lint_manifest(manifest).findings)
-    errors = Deps(kube=None, post_event=None).lint_errors(manifest, None)  # type: ignore[arg-type]
+    errors = Deps(kube=UnexpectedKube(), post_event=no_events).lint_errors(manifest, None)
     assert all(isinstance(e, str) for e in errors)
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from inference_rollout.budget.gpu import GpuSpec, UnknownGpuError, gpu_from_label
@@ -132,6 +134,7 @@ def test_unknown_preset_lists_the_known_ones() -> None:
 
 @pytest.mark.parametrize("field", ["parameters", "layers", "kv_heads", "head_dim"])
 def test_architecture_rejects_non_positive_numbers(field: str) -> None:
-    values = {"parameters": 10**9, "layers": 2, "kv_heads": 2, "head_dim": 64, field: 0}
+    values: dict[str, Any] = {"parameters": 10**9, "layers": 2, "kv_heads": 2, "head_dim": 64,
+                              field: 0}
     with pytest.raises(ValueError, match=field):
         ModelArchitecture(name="x", **values)

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 from bench.chaos_history import Seen, Started, judge_run
 
-PASS, FAIL = {"errors": "Pass"}, {"errors": "Fail"}
+PASS: dict[str, str | None] = {"errors": "Pass"}
+FAIL: dict[str, str | None] = {"errors": "Fail"}
 
 
-def seen(step: int | None, weight: int, *, gen: int = 2, verdicts: dict[str, str] | None = None,
-         canary: str | None = "c2", stable: str = "s1", aborted: bool = False,
-         phase: str = "Progressing", reason: str | None = None) -> Seen:
+def seen(step: int | None, weight: int, *, gen: int = 2,
+         verdicts: dict[str, str | None] | None = None, canary: str | None = "c2",
+         stable: str = "s1", aborted: bool = False, phase: str = "Progressing",
+         reason: str | None = None) -> Seen:
     return Seen(at=0.0, name="r", generation=gen, phase=phase, step=step, weight=weight,
                 canary=canary, stable=stable, aborted=aborted, verdicts=verdicts or {},
                 reason=reason)

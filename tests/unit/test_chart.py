@@ -74,23 +74,28 @@ def test_rbac_rules_template_has_no_wildcards() -> None:
     assert '"*"' not in text and "'*'" not in text and "[*]" not in text
 
 
-def test_tenancy_is_off_by_default_and_its_flags_are_the_operators() -> None:
-    """The chart's tenancy values default to off, and every flag the template can emit for them
-    is one the operator's command line accepts, with the value type it expects.  (Rendering
-    with helm: tests/sandbox/test_delivery_chart.py.)"""
+def test_tenancy_is_secure_by_default_and_its_flags_are_the_operators() -> None:
+    """The chart's tenancy values default to the secure side (no address, queries confined), and
+    every flag the template can emit for them is one the operator's command line accepts, with
+    the value type it expects.  (Rendering with helm: tests/sandbox/test_delivery_chart.py.)"""
     from inference_rollout.__main__ import _parser
 
     values = yaml.safe_load((CHART / "values.yaml").read_text())
-    assert values["tenancy"] == {"prometheusAllow": [], "confineQueries": False}
+    assert values["tenancy"] == {"prometheusAllow": [], "allowAnyPrometheus": False,
+                                 "confineQueries": True}
     template = (CHART / "templates" / "deployment.yaml").read_text()
     assert "range .Values.tenancy.prometheusAllow" in template
-    assert "if .Values.tenancy.confineQueries" in template
+    assert "if .Values.tenancy.allowAnyPrometheus" in template
+    assert "if not .Values.tenancy.confineQueries" in template
     args = _parser().parse_args([
         "operator", "-A", "--prometheus-allow", "http://prometheus.monitoring:9090",
-        "--prometheus-allow", "https://thanos.example.com/tenant-a", "--confine-queries"])
+        "--prometheus-allow", "https://thanos.example.com/tenant-a"])
     assert args.prometheus_allow == ["http://prometheus.monitoring:9090",
                                      "https://thanos.example.com/tenant-a"]
-    assert args.confine_queries is True
+    assert args.confine_queries is True and args.prometheus_allow_any is False
+    opted_out = _parser().parse_args(["operator", "-A", "--prometheus-allow-any",
+                                      "--no-confine-queries"])
+    assert opted_out.prometheus_allow_any is True and opted_out.confine_queries is False
     schema = json.loads((CHART / "values.schema.json").read_text())
     pattern = schema["properties"]["tenancy"]["properties"]["prometheusAllow"]["items"]["pattern"]
     from inference_rollout.api.spec import PROMETHEUS_ADDRESS_PATTERN

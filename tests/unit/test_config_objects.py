@@ -30,12 +30,12 @@ CM = "/api/v1/namespaces/team-a/configmaps/cases"
 def test_a_secrets_key_is_decoded_and_stripped() -> None:
     kube = Objects({SECRET: {"data": {"token": base64.b64encode(b"abc.def\n").decode(),
                                       "bad": "%%%", "binary": base64.b64encode(b"\xff").decode()}}})
-    assert asyncio.run(secret_text(kube, "team-a", "prom", "token")) == "abc.def"  # type: ignore[arg-type]
-    assert asyncio.run(secret_text(kube, "team-a", "prom", "bad")) is None  # type: ignore[arg-type]
-    assert asyncio.run(secret_text(kube, "team-a", "prom", "binary")) is None  # type: ignore[arg-type]
-    absent = asyncio.run(secret_text(kube, "team-a", "prom", "other"))  # type: ignore[arg-type]
+    assert asyncio.run(secret_text(kube, "team-a", "prom", "token")) == "abc.def"
+    assert asyncio.run(secret_text(kube, "team-a", "prom", "bad")) is None
+    assert asyncio.run(secret_text(kube, "team-a", "prom", "binary")) is None
+    absent = asyncio.run(secret_text(kube, "team-a", "prom", "other"))
     assert isinstance(absent, Missing) and str(absent) == "Secret prom has no key 'other'"
-    gone = asyncio.run(secret_text(kube, "team-a", "nope", "token"))  # type: ignore[arg-type]
+    gone = asyncio.run(secret_text(kube, "team-a", "nope", "token"))
     assert isinstance(gone, Missing) and gone.status == 404 and "Secret nope" in str(gone)
     assert kube.paths[0] == SECRET
 
@@ -43,6 +43,6 @@ def test_a_secrets_key_is_decoded_and_stripped() -> None:
 def test_a_configmaps_key_or_why_not() -> None:
     kube = Objects({CM: {"data": {"cases.jsonl": '{"prompt": "p"}'}}})
     assert asyncio.run(configmap_text(kube, "team-a", "cases", "cases.jsonl")) == \
-        '{"prompt": "p"}'  # type: ignore[arg-type]
-    absent = asyncio.run(configmap_text(kube, "team-a", "cases", "x"))  # type: ignore[arg-type]
+        '{"prompt": "p"}'
+    absent = asyncio.run(configmap_text(kube, "team-a", "cases", "x"))
     assert str(absent) == "ConfigMap cases has no key 'x'"

@@ -8,15 +8,16 @@ from tests.unit.test_core_decide import analysis, at_step, in_release, steps
 from tests.unit.test_core_decide_verdicts import releasing
 
 from inference_rollout.api import reasons as r
+from inference_rollout.api.status import InferenceRolloutStatus
 from inference_rollout.core.notices import Notice, notices
 
 
-def heard(sim: Sim, first_before: object) -> list[Notice]:
+def heard(sim: Sim, first_before: InferenceRolloutStatus) -> list[Notice]:
     """Every notice of the sim's decisions, each taken against the status it replaced."""
     before = first_before
     out: list[Notice] = []
     for d in sim.decisions:
-        out.extend(notices(before, d))  # type: ignore[arg-type]
+        out.extend(notices(before, d))
         before = d.status
     return out
 

@@ -345,6 +345,7 @@ def test_a_stables_service_the_gateway_cannot_find_is_asked_for_again() -> None:
     gateway = Gateway(lag=0.0)
     sim = started(body(), gateway=gateway)
     stable = sim.stable
+    assert stable is not None
     assert not any(isinstance(a, EnsureRevision) for d in sim.run(10) for a in d.actions)
     gateway.answer = "resolve-fail"
     gateway.route = None  # the gateway answers anew (a generation of its own)

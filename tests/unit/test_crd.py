@@ -26,6 +26,7 @@ import pytest
 import re2
 import yaml
 from celpy import celtypes
+from celpy.adapter import json_to_cel
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
@@ -335,14 +336,14 @@ def _replace(text: Any, old: Any, new: Any) -> celtypes.StringType:
 K8S_FUNCTIONS: dict[str, Callable[..., Any]] = {
     "isSorted": _is_sorted, "replace": _replace, "duration": go_duration,
 }
-_ENV = celpy.Environment() if celpy else None
+_ENV = celpy.Environment()
 _PROGRAMS: dict[str, Any] = {}
 
 
 def cel(expression: str, self_value: Any) -> Any:
     if expression not in _PROGRAMS:
         _PROGRAMS[expression] = _ENV.program(_ENV.compile(expression), functions=K8S_FUNCTIONS)
-    result = _PROGRAMS[expression].evaluate({"self": celpy.json_to_cel(self_value)})
+    result = _PROGRAMS[expression].evaluate({"self": json_to_cel(self_value)})
     if isinstance(result, Exception):
         raise result
     return result

@@ -5,6 +5,9 @@ whole namespace under the real operator."""
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from tests.unit.fakes import UnexpectedKube
 
 from inference_rollout import deletion_watchdog
 from inference_rollout.deletion_watchdog import GRACE_SECONDS, finalizer_removal, stuck
@@ -13,8 +16,8 @@ F = "rollouts.inference.dev/finalizer"
 NOW = datetime(2026, 12, 2, 12, 0, 0, tzinfo=UTC)
 
 
-def rollout(deleted_ago: float | None, finalizers: list[str]) -> dict:
-    meta: dict = {"name": "r", "namespace": "ns", "finalizers": finalizers}
+def rollout(deleted_ago: float | None, finalizers: list[str]) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": "r", "namespace": "ns", "finalizers": finalizers}
     if deleted_ago is not None:
         meta["deletionTimestamp"] = (NOW - timedelta(seconds=deleted_ago)).strftime(
             "%Y-%m-%dT%H:%M:%SZ")
@@ -35,13 +38,13 @@ def test_the_removal_tests_the_entry_before_removing_it() -> None:
                      {"op": "remove", "path": "/metadata/finalizers/1"}]
 
 
-class EmptyNamespaces:
+class EmptyNamespaces(UnexpectedKube):
     """What the API server answers a metadata-only LIST of an empty namespace: ``items: null``."""
 
     def __init__(self) -> None:
         self.listed: list[str] = []
 
-    async def list_metadata(self, path: str) -> dict:
+    async def list_metadata(self, path: str) -> dict[str, Any]:
         self.listed.append(path)
         return {"kind": "PartialObjectMetadataList", "items": None}
 
@@ -53,10 +56,10 @@ def test_a_namespace_without_rollouts_does_not_end_the_pass() -> None:
 
     kube = EmptyNamespaces()
 
-    async def cleanup(_: dict) -> None:
+    async def cleanup(_: dict[str, Any]) -> None:
         raise AssertionError("nothing to clean up")
 
-    released = asyncio.run(sweep(kube, {"a", "b"}, F, cleanup, NOW))  # type: ignore[arg-type]
+    released = asyncio.run(sweep(kube, {"a", "b"}, F, cleanup, NOW))
     assert released == [] and len(kube.listed) == 2  # both namespaces swept
 
 

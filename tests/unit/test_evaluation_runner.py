@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from typing import Any
 
 import httpx
 import pytest
@@ -13,8 +14,9 @@ from tests.unit.hostile_server import flood, peak_rss_growth, serve, trickle
 
 from inference_rollout.api.spec import PodTemplate
 from inference_rollout.bounded_http import MiB
-from inference_rollout.evaluation.cases import parse_cases
+from inference_rollout.evaluation.cases import Case, parse_cases
 from inference_rollout.evaluation.runner import (
+    EvaluationResult,
     reply_text,
     run_evaluation,
     served_model,
@@ -25,7 +27,7 @@ CANARY = "http://chat-c1.ns.svc:8000/v1/chat/completions"
 STABLE = "http://chat-s1.ns.svc:8000/v1/chat/completions"
 
 
-def json_cases(n: int) -> list:
+def json_cases(n: int) -> list[Case]:
     return parse_cases("\n".join(
         json.dumps({"prompt": json.dumps({"id": i}), "scorer": "json-valid"})
         for i in range(n)))
@@ -57,9 +59,9 @@ def echo(corrupt_canary_every: int = 0, fail_host: str = "", status: int = 200,
     return httpx.MockTransport(handler)
 
 
-def run(transport: httpx.MockTransport, n: int = 20, **kw: object):
+def run(transport: httpx.MockTransport, n: int = 20, **kw: Any) -> EvaluationResult:
     return asyncio.run(run_evaluation(json_cases(n), CANARY, STABLE, "chat-model",
-                                      transport=transport, **kw))  # type: ignore[arg-type]
+                                      transport=transport, **kw))
 
 
 def test_scores_are_points_for_both_services() -> None:
@@ -186,9 +188,9 @@ def test_service_url_and_model() -> None:
 
 # --- hostile Services (issue 9): bounded time, bounded memory, never an untyped exception --------
 
-def run_against(base: str, n: int = 2, **kw: object):
+def run_against(base: str, n: int = 2, **kw: Any) -> EvaluationResult:
     url = base + "/v1/chat/completions"
-    return asyncio.run(run_evaluation(json_cases(n), url, url, "chat-model", **kw))  # type: ignore[arg-type]
+    return asyncio.run(run_evaluation(json_cases(n), url, url, "chat-model", **kw))
 
 
 def test_a_trickling_service_fails_its_request_at_the_timeout() -> None:

@@ -7,8 +7,8 @@ import asyncio
 from collections.abc import Iterator
 from typing import Any
 
-import kopf
 import pytest
+from tests.unit.fakes import kopf_body
 
 from inference_rollout.api import LABEL_ROLLOUT
 from inference_rollout.handlers import Runtime, wake_on_deployment, wake_on_route
@@ -36,7 +36,7 @@ def test_a_caught_up_deployment_wakes_its_rollout_only(daemons: Any) -> None:
     body = {"metadata": {"namespace": "prod", "name": f"chat-{REV}", "generation": 2,
                          "labels": {LABEL_ROLLOUT: "chat"}},
             "status": {"observedGeneration": 2, "readyReplicas": 1}}
-    asyncio.run(wake_on_deployment(body=kopf.Body(body)))
+    asyncio.run(wake_on_deployment(body=kopf_body(body)))
     assert woken(daemons) == {"chat"}
 
 
@@ -45,7 +45,7 @@ def test_the_gateways_answer_wakes_the_rollout_of_the_routes_backends(daemons: A
             "spec": {"rules": [{"backendRefs": [{"name": f"embed-{REV}"}]}]},
             "status": {"parents": [{"conditions": [{"type": "Accepted",
                                                     "observedGeneration": 5}]}]}}
-    asyncio.run(wake_on_route(body=kopf.Body(body)))
+    asyncio.run(wake_on_route(body=kopf_body(body)))
     assert woken(daemons) == {"embed"}
 
 
@@ -54,5 +54,5 @@ def test_an_unanswered_route_write_wakes_nobody(daemons: Any) -> None:
             "spec": {"rules": [{"backendRefs": [{"name": f"chat-{REV}"}]}]},
             "status": {"parents": [{"conditions": [{"type": "Accepted",
                                                     "observedGeneration": 5}]}]}}
-    asyncio.run(wake_on_route(body=kopf.Body(body)))
+    asyncio.run(wake_on_route(body=kopf_body(body)))
     assert woken(daemons) == set()

@@ -222,7 +222,8 @@ def test_the_service_account_only_without_any_kubeconfig_and_its_rotated_token_i
 
     class Clock(dt.datetime):
         @classmethod
-        def now(cls, tz: dt.tzinfo | None = None) -> Clock:  # type: ignore[override]
+        def now(cls, tz: dt.tzinfo | None = None) -> Clock:
+            # a plain datetime, as the loader needs only its arithmetic and comparisons
             return now(tz) + later  # type: ignore[return-value]
 
     # the in-cluster loader re-reads its token file once a minute: its minute, made to pass
@@ -439,6 +440,7 @@ def test_requests_carry_their_content_types_bodies_and_paths_as_built(
                 with pytest.raises(TypeError):  # would go out as a strategic merge patch
                     await kube.request("PATCH", THING, {"op": "x"}, "application/json-patch+json")
                 assert kube.api.rest_client.pool_manager is not None
+                assert kube.api.rest_client.pool_manager.connector is not None
                 assert kube.api.rest_client.pool_manager.connector.limit == 32
             finally:
                 await kube.close()

@@ -58,7 +58,7 @@ class Clock:
 
 
 def elector(api: OneLease, clock: Clock, identity: str) -> LeaseElector:
-    return LeaseElector(api, "ops", "ir", identity, Timing(8, 5, 1), monotonic=clock)  # type: ignore[arg-type]
+    return LeaseElector(api, "ops", "ir", identity, Timing(8, 5, 1), monotonic=clock)
 
 
 def test_a_standby_takes_the_lease_only_after_it_went_unrenewed_for_its_duration() -> None:
@@ -85,9 +85,9 @@ def test_a_standby_waits_out_the_duration_the_leader_recorded_not_its_own() -> N
     # with a longer flag (20 s) must not leave a dead leader's Lease untaken past its 8 s.
     api, clock = OneLease(), Clock()
     a = elector(api, clock, "a")  # lease duration 8
-    short = LeaseElector(api, "ops", "ir", "short", Timing(3, 2, 1),  # type: ignore[arg-type]
+    short = LeaseElector(api, "ops", "ir", "short", Timing(3, 2, 1),
                          monotonic=clock)
-    long = LeaseElector(api, "ops", "ir", "long", Timing(20, 5, 1),  # type: ignore[arg-type]
+    long = LeaseElector(api, "ops", "ir", "long", Timing(20, 5, 1),
                         monotonic=clock)
     assert asyncio.run(a.try_acquire_or_renew())
     assert api.lease is not None and api.lease["spec"]["leaseDurationSeconds"] == 8
@@ -143,10 +143,10 @@ def test_timings_that_would_allow_two_leaders_are_refused(
 
 def holding(api: OneLease, lost: threading.Event) -> Holder:
     """A leader (real clock, a 2 s renew deadline) whose Holder thread renews on ``api``."""
-    e = LeaseElector(api, "ops", "ir", "a", Timing(3, 2, 0.1))  # type: ignore[arg-type]
+    e = LeaseElector(api, "ops", "ir", "a", Timing(3, 2, 0.1))
     assert asyncio.run(e.try_acquire_or_renew())
     e.last_renewed = time.monotonic()
-    holder = Holder(e, lambda: api, on_lost=lost.set)  # type: ignore[arg-type, return-value]
+    holder = Holder(e, lambda: api, on_lost=lost.set)
     holder.start()
     return holder
 

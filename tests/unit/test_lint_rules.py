@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from inference_rollout.budget.args import parse_vllm_args
@@ -16,11 +18,11 @@ GOOD_ARGS = ("--model", "meta-llama/Llama-3.1-8B-Instruct", "--max-num-seqs", "3
 WATCHED = (MetricFact("error-rate", "error-rate", None),)
 
 
-def facts(args: tuple[str, ...] = GOOD_ARGS, **changes: object) -> ReleaseFacts:
-    base: dict[str, object] = {"container_args": args, "gpu_memory_gib": 80.0,
+def facts(args: tuple[str, ...] = GOOD_ARGS, **changes: Any) -> ReleaseFacts:
+    base: dict[str, Any] = {"container_args": args, "gpu_memory_gib": 80.0,
                                "gpu_product": "NVIDIA-H100-80GB-HBM3", "metrics": WATCHED,
                                "slo_present": True}
-    return ReleaseFacts(**{**base, **changes})  # type: ignore[arg-type]
+    return ReleaseFacts(**{**base, **changes})
 
 
 def codes(f: ReleaseFacts) -> list[str]:
@@ -71,9 +73,9 @@ def test_a_good_latency_release_is_clean() -> None:
                       )}, []),
     ],
 )
-def test_rules(changes: dict[str, object], expected: list[str]) -> None:
+def test_rules(changes: dict[str, Any], expected: list[str]) -> None:
     args = changes.pop("args", GOOD_ARGS)
-    assert codes(facts(args, **changes)) == expected  # type: ignore[arg-type]
+    assert codes(facts(args, **changes)) == expected
 
 
 def test_unset_max_num_seqs_in_a_latency_profile_names_the_default() -> None:
@@ -166,8 +168,8 @@ def test_invalid_args_are_an_error_on_the_flag() -> None:
           "gpu_memory_gib": 141.0}, []),  # the same architecture under another name
     ],
 )
-def test_budget_inputs(changes: dict[str, object], expected: list[str]) -> None:
+def test_budget_inputs(changes: dict[str, Any], expected: list[str]) -> None:
     args = changes.pop("args", GOOD_ARGS)
-    result = lint_release(facts(args, **changes))  # type: ignore[arg-type]
+    result = lint_release(facts(args, **changes))
     assert [f.code for f in result.findings] == expected
     assert (result.budget is None) == bool({"P2-NO-MODEL", "P2-NO-GPU"} & set(expected))

@@ -22,6 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 from tests.manifest_mutations import EXAMPLES, mutated
+from tests.unit.fakes import UnexpectedKube, no_events
 
 from inference_rollout.api.spec import InferenceRolloutSpec
 from inference_rollout.api.status import InferenceRolloutStatus
@@ -48,7 +49,7 @@ def model_verdict(doc: dict[str, Any]) -> list[str]:
     body = {**doc, "metadata": {**doc["metadata"], "namespace": "ns", "uid": "u",
                                 "generation": 1}}
     invalid = validation.problems(spec, name) + Deps(
-        kube=None, post_event=None).lint_errors(body, None)  # type: ignore[arg-type]
+        kube=UnexpectedKube(), post_event=no_events).lint_errors(body, None)
     world = Observation(generation=1, template_hash=template_hash(doc["spec"]["template"]),
                         invalid=tuple(invalid))
     decide(spec, InferenceRolloutStatus(), world, NOW)

@@ -36,6 +36,10 @@ class FakeSource:
             raise answer
         return answer
 
+    async def query_vector(self, promql: str, label: str, at: float | None = None
+                           ) -> dict[str, float]:
+        raise AssertionError(f"unexpected vector query {promql}")
+
 
 def metric(**kw: Any) -> MetricSpec:
     return MetricSpec.model_validate({"name": "m", "template": "ttft-p99", **kw})
@@ -49,8 +53,9 @@ def run(answers: dict[tuple[str, str], Outcome], m: MetricSpec, *, stable: str |
     return got[m.name], source
 
 
-HEALTHY = {(CANARY, "value"): 0.3, (CANARY, "samples"): 100.0,
-           (STABLE, "value"): 0.2, (STABLE, "samples"): 900.0}
+HEALTHY: dict[tuple[str, str], Outcome] = {
+    (CANARY, "value"): 0.3, (CANARY, "samples"): 100.0,
+    (STABLE, "value"): 0.2, (STABLE, "samples"): 900.0}
 
 
 def test_absolute_metric_measures_only_the_canary() -> None:

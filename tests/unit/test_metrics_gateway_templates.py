@@ -159,6 +159,10 @@ class Recorder:
         self.queries.append(promql)
         return 1.0 if promql.startswith("abs(") else 5000.0
 
+    async def query_vector(self, promql: str, label: str, at: float | None = None
+                           ) -> dict[str, float]:
+        raise AssertionError(f"unexpected vector query {promql}")
+
 
 def measure_share(**kw: Any) -> tuple[Any, Recorder]:
     source = Recorder()

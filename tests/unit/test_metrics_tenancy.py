@@ -16,13 +16,16 @@ from urllib.parse import parse_qs
 
 import pytest
 from tests.unit.coresim import manifest_spec
+from tests.unit.fakes import UnexpectedKube, no_events
 from tests.unit.hostile_server import respond, serve
 
 from inference_rollout.api.spec import InferenceRolloutSpec
+from inference_rollout.api.status import InferenceRolloutStatus
 from inference_rollout.core.types import MeasurementError
 from inference_rollout.metrics.measure import measure
+from inference_rollout.metrics.source import PrometheusSource
 from inference_rollout.metrics.tenancy import address_allowed, check_allow_list
-from inference_rollout.reconciler import Deps
+from inference_rollout.reconciler import Deps, _measure
 
 VECTOR = {"status": "success",
           "data": {"resultType": "vector", "result": [{"metric": {}, "value": [1, "0.001"]}]}}
@@ -47,13 +50,13 @@ def sent(raw: list[bytes]) -> list[dict[str, Any]]:
     return out
 
 
-class SecretStore:
+class SecretStore(UnexpectedKube):
     """Serves the tenant's token Secret and counts reads of it."""
 
     def __init__(self) -> None:
         self.reads: list[str] = []
 
-    async def get(self, path: str) -> dict[str, Any]:
+    async def get(self, path: str, params: dict[str, str] | None = None) -> dict[str, Any]:
         self.reads.append(path)
         return {"data": {"token": base64.b64encode(b"tenant-secret-token").decode()}}
 
@@ -77,20 +80,31 @@ def run_measure(deps: Deps, spec: InferenceRolloutSpec, namespace: str = "team-a
     return asyncio.run(go())
 
 
-def test_without_an_allow_list_the_token_goes_where_the_rollout_says(
+def test_with_the_opt_out_the_token_goes_where_the_rollout_says(
         prometheus: tuple[str, list[bytes]]) -> None:
     # What the allow-list exists for: any tenant can point the operator, with its token, anywhere.
     address, seen = prometheus
-    deps = Deps(kube=SecretStore(), post_event=None)  # type: ignore[arg-type]
+    deps = Deps(kube=SecretStore(), post_event=no_events, prometheus_allow_any=True)
     run_measure(deps, spec_for(address))
     assert seen and sent(seen)[0]["auth"] == "Bearer tenant-secret-token"
+
+
+def test_by_default_no_address_is_allowed_and_the_error_names_both_settings(
+        prometheus: tuple[str, list[bytes]]) -> None:
+    """Secure by default (issue 29): a default install contacted any address a spec named."""
+    address, seen = prometheus
+    kube = SecretStore()
+    m = run_measure(Deps(kube=kube, post_event=no_events), spec_for(address))["errors"]
+    assert seen == [] and kube.reads == []  # nothing sent, the tenant's Secret not read
+    assert m.error is MeasurementError.BAD_QUERY and m.value is None
+    assert "--prometheus-allow" in m.detail and "tenancy.prometheusAllow" in m.detail
 
 
 def test_a_token_is_never_sent_to_an_address_outside_the_allow_list(
         prometheus: tuple[str, list[bytes]]) -> None:
     foreign, seen = prometheus
     kube = SecretStore()
-    deps = Deps(kube=kube, post_event=None,  # type: ignore[arg-type]
+    deps = Deps(kube=kube, post_event=no_events,
                 prometheus_allow=("http://prometheus.monitoring:9090",))
     result = run_measure(deps, spec_for(foreign))
     assert seen == []  # not one request reached it
@@ -103,7 +117,7 @@ def test_a_token_is_never_sent_to_an_address_outside_the_allow_list(
 def test_an_allowed_address_is_queried_with_its_token(
         prometheus: tuple[str, list[bytes]]) -> None:
     address, seen = prometheus
-    deps = Deps(kube=SecretStore(), post_event=None,  # type: ignore[arg-type]
+    deps = Deps(kube=SecretStore(), post_event=no_events,
                 prometheus_allow=(address + "/",))
     result = run_measure(deps, spec_for(address))
     assert result["errors"].error is None
@@ -111,8 +125,8 @@ def test_an_allowed_address_is_queried_with_its_token(
 
 
 def confined_measure(address: str, query: str) -> Any:
-    deps = Deps(kube=SecretStore(), post_event=None,  # type: ignore[arg-type]
-                confine_queries=True)
+    deps = Deps(kube=SecretStore(), post_event=no_events, prometheus_allow=(address,))
+    assert deps.confine_queries  # the default
     return run_measure(deps, spec_for(address, query))["custom"]
 
 
@@ -157,22 +171,26 @@ def test_allow_list_entries_must_be_base_urls() -> None:
 
 def test_the_clients_cache_is_bounded_and_closes_what_it_evicts() -> None:
     async def go() -> tuple[int, bool, bool]:
-        deps = Deps(kube=SecretStore(), post_event=None, max_sources=3)  # type: ignore[arg-type]
+        deps = Deps(kube=SecretStore(), post_event=no_events, max_sources=3,
+                    prometheus_allow_any=True, confine_queries=False)
         # An evicted client is closed once a query it may serve has timed out (here 0.1 s + 1 s).
         first = await deps.source_for(spec_for("http://p0:9090", timeout="100ms"), "ns")
         for i in range(1, 10):
             await deps.source_for(spec_for(f"http://p{i}:9090", timeout="100ms"), "ns")
         assert len(deps.sources) == 3
         await asyncio.gather(*deps._closing)
+        assert isinstance(first, PrometheusSource)
         return len(deps.sources), first._client.is_closed, \
-            all(not s._client.is_closed for s in deps.sources.values())  # type: ignore[attr-defined]
+            all(isinstance(s, PrometheusSource) and not s._client.is_closed
+                for s in deps.sources.values())
     size, first_closed, kept_open = asyncio.run(go())
     assert (size, first_closed, kept_open) == (3, True, True)
 
 
 def test_a_used_client_stays_cached() -> None:
     async def go() -> bool:
-        deps = Deps(kube=SecretStore(), post_event=None, max_sources=2)  # type: ignore[arg-type]
+        deps = Deps(kube=SecretStore(), post_event=no_events, max_sources=2,
+                    prometheus_allow_any=True, confine_queries=False)
         kept = await deps.source_for(spec_for("http://p0:9090"), "ns")
         for i in range(1, 6):
             await deps.source_for(spec_for(f"http://p{i}:9090"), "ns")
@@ -192,10 +210,11 @@ def test_a_token_that_is_not_a_bearer_token_is_an_error_that_does_not_quote_it(
     address, seen = prometheus
 
     class OddSecret(SecretStore):
-        async def get(self, path: str) -> dict[str, Any]:
+        async def get(self, path: str, params: dict[str, str] | None = None
+                      ) -> dict[str, Any]:
             return {"data": secret_data}
 
-    deps = Deps(kube=OddSecret(), post_event=None)  # type: ignore[arg-type]
+    deps = Deps(kube=OddSecret(), post_event=no_events, prometheus_allow=(address,))
     m = run_measure(deps, spec_for(address))["errors"]
     assert seen == []
     assert m.error is MeasurementError.UNREACHABLE and "is not a bearer token" in m.detail
@@ -221,3 +240,24 @@ def test_vector_queries_are_confined_and_refused_alike(
             await refused("http://elsewhere:9090").query_vector("up", "pod")
     asyncio.run(go())
     assert [r["query"] for r in sent(seen)] == ['sum by (pod) (up{namespace="team-a"})']
+
+
+def test_gateway_templates_are_not_confined_and_a_tenants_query_is(
+        prometheus: tuple[str, list[bytes]]) -> None:
+    """The gateway's counters carry the gateway's namespace: confined to the rollout's they read
+    nothing (why confinement could not be the default before). The operator's own gateway
+    queries go unconfined; the tenant's text is still confined."""
+    address, seen = prometheus
+    spec = InferenceRolloutSpec.parse(manifest_spec(analysis={
+        "interval": "10s", "prometheus": {"address": address},
+        "metrics": [{"name": "gw", "template": "gateway-error-rate", "max": 0.01},
+                    {"name": "custom", "query": "sum(up)", "max": 1}]}))
+    deps = Deps(kube=SecretStore(), post_event=no_events, prometheus_allow=(address,))
+    status = InferenceRolloutStatus(stable_revision="5151515151", canary_revision="c1c1c1c1c1",
+                                    canary_weight=5, current_step=0)
+    asyncio.run(_measure(deps, spec, status, "team-a", "chat"))  # as the reconciler measures
+    queries = [q["query"] for q in sent(seen)]
+    assert "sum(up{namespace=\"team-a\"})" in queries
+    gateway = [q for q in queries if "traefik_service_requests_total" in q]
+    assert gateway and all('namespace="team-a"' not in q for q in gateway), gateway
+    assert all("team-a-chat-c1c1c1c1c1-" in q for q in gateway)  # only this rollout's Service

@@ -12,11 +12,12 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
+from tests.unit.fakes import UnexpectedKube, no_events
 from tests.webhook_receiver import receiver
 
 from inference_rollout.core.notices import Notice
 from inference_rollout.kube import KubeError
-from inference_rollout.notify.delivery import DEFAULT_SECRET, Notifier, Settings
+from inference_rollout.notify.delivery import DEFAULT_SECRET, Notifier, Queued, Settings
 from inference_rollout.notify.messages import Outgoing
 
 ROLLBACK = Notice("Rollback", "AnalysisFailed", "rolled back: errors 1.02 (Fail: ≤ 0.01)", True,
@@ -45,7 +46,7 @@ class SecretStub:
 def notifier(secrets: dict[str, dict[str, str]], **settings: Any) -> Notifier:
     defaults: dict[str, Any] = {"first_delay": 0.05, "max_delay": 0.2, "timeout": 2.0,
                                 "namespace_secret": DEFAULT_SECRET}
-    return Notifier(SecretStub(secrets), Settings(**{**defaults, **settings}),  # type: ignore[arg-type]
+    return Notifier(SecretStub(secrets), Settings(**{**defaults, **settings}),
                     now=lambda: AT)
 
 
@@ -201,7 +202,7 @@ def test_the_reconciler_hook_queues_the_decision_s_notices_for_the_rollout_s_sec
     spec = {**sim.body, "notifications": {"secretRef": {"name": "team-hooks"},
                                           "events": ["Rollback", "Promotion"]}}
     n = notifier({}, workers=0)
-    deps = Deps(kube=None, post_event=None, notifier=n)  # type: ignore[arg-type]
+    deps = Deps(kube=UnexpectedKube(), post_event=no_events, notifier=n)
     body = {"metadata": {"namespace": "team-a", "name": "chat"}, "spec": spec}
 
     async def go() -> None:
@@ -209,6 +210,7 @@ def test_the_reconciler_hook_queues_the_decision_s_notices_for_the_rollout_s_sec
 
     asyncio.run(go())
     (queued,) = n.queued()
+    assert isinstance(queued, Queued)
     assert queued.secret == "team-hooks"
     assert (queued.outgoing.namespace, queued.outgoing.name) == ("team-a", "chat")
     assert queued.outgoing.notice.kind == "Rollback"
@@ -219,12 +221,12 @@ def test_a_rollback_by_the_fail_safe_is_told_too() -> None:
     from inference_rollout.api.status import InferenceRolloutStatus
     from inference_rollout.reconciler import Deps, fail_safe
 
-    class StatusWrites:
+    class StatusWrites(UnexpectedKube):
         async def merge_patch(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
             return {"metadata": {"resourceVersion": "2"}, "status": body["status"]}
 
     n = notifier({}, workers=0)
-    deps = Deps(kube=StatusWrites(), post_event=None, notifier=n)  # type: ignore[arg-type]
+    deps = Deps(kube=StatusWrites(), post_event=no_events, notifier=n)
     in_flight = InferenceRolloutStatus(stable_revision="aaa1110000", canary_revision="bbb2220000",
                                        canary_weight=20, current_step=0)
     body = {"metadata": {"namespace": "ns", "name": "r", "resourceVersion": "1"},

@@ -8,7 +8,9 @@ from typing import Any
 
 import prometheus_client
 import pytest
+from aiohttp.test_utils import make_mocked_request
 from prometheus_client.parser import text_string_to_metric_families
+from tests.unit.fakes import kopf_body
 
 from inference_rollout import handlers, operator_metrics
 from inference_rollout.operator_metrics import Registry
@@ -113,7 +115,7 @@ def test_the_delete_handler_forgets_the_rollout(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setattr(operator_metrics, "REGISTRY", reg)
     rollout_series(reg, "a", "chat")
     rollout_series(reg, "a", "kept")
-    asyncio.run(handlers.on_delete({"metadata": {"namespace": "a", "name": "chat"}}))  # type: ignore[arg-type]
+    asyncio.run(handlers.on_delete(kopf_body({"metadata": {"namespace": "a", "name": "chat"}})))
     assert released
     assert not any(("name", "chat") in k[1] for k in samples(reg))
     assert any(("name", "kept") in k[1] for k in samples(reg))
@@ -126,7 +128,7 @@ def test_the_metrics_endpoint_serves_the_registrys_page(monkeypatch: pytest.Monk
     reg = Registry()
     monkeypatch.setattr(operator_metrics, "REGISTRY", reg)
     reg.inc("inference_rollout_status_conflicts_total", 1234567)
-    response = asyncio.run(handlers._metrics(None))  # type: ignore[arg-type]
+    response = asyncio.run(handlers._metrics(make_mocked_request("GET", "/metrics")))
     assert response.content_type == "text/plain"
     assert response.text == reg.render()
     assert "inference_rollout_status_conflicts_total 1.234567e+06" in (response.text or "")

@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from tests.unit.coresim import T0, manifest_spec
+from tests.unit.fakes import UnexpectedKube, no_events
 
 from inference_rollout.api.spec import InferenceRolloutSpec
 from inference_rollout.api.status import InferenceRolloutStatus
@@ -17,8 +18,13 @@ from inference_rollout.reconciler import Deps, _measure
 
 
 class Recording:
+    timeout_s = 5.0
+
     def __init__(self) -> None:
         self.queries: list[str] = []
+
+    async def aclose(self) -> None:
+        pass
 
     async def query(self, promql: str, at: float | None = None) -> float:
         self.queries.append(promql)
@@ -38,8 +44,9 @@ def windows(verdicts: str, started: str | None) -> set[str]:
     status = InferenceRolloutStatus(stable_revision="5151515151", canary_revision="c1c1c1c1c1",
                                     canary_weight=5, current_step=0, step_started_at=started)
     source = Recording()
-    deps = Deps(kube=None, post_event=None, now=lambda: T0)  # type: ignore[arg-type]
-    deps.sources[("http://prom:9090", 5.0, None)] = source  # type: ignore[assignment]
+    deps = Deps(kube=UnexpectedKube(), post_event=no_events, now=lambda: T0,
+                prometheus_allow=("http://prom:9090",))
+    deps.sources[("http://prom:9090", 5.0, None)] = source
     got: Any = asyncio.run(_measure(deps, spec, status, "ns", "chat"))
     assert "errors" in got
     return {w for q in source.queries for w in re.findall(r"\[(\d+s)\]", q)}

@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from tests.unit.fakes import UnexpectedKube
+
 from inference_rollout.reconciler import Deps, outside_slot
 
 
@@ -13,7 +15,7 @@ def _deps(slots: asyncio.Semaphore | None) -> Deps:
     async def post(_body: dict[str, Any], _event: Any) -> None:
         return None
 
-    return Deps(kube=None, post_event=post, slots=slots)  # type: ignore[arg-type]
+    return Deps(kube=UnexpectedKube(), post_event=post, slots=slots)
 
 
 def test_a_reconcile_waiting_on_prometheus_gives_its_slot_to_another() -> None:

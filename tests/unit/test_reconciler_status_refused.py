@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from tests.unit.fakes import no_events
 from tests.unit.test_api_models import with_changes
 
 from inference_rollout.api import reasons as r
@@ -30,7 +31,7 @@ class Recording:
 
 def test_a_status_naming_another_namespaces_object_is_refused_and_nothing_else_happens() -> None:
     kube = Recording()
-    deps = Deps(kube=kube, post_event=None)  # type: ignore[arg-type]
+    deps = Deps(kube=kube, post_event=no_events)
     body = {"metadata": {"namespace": "team-a", "name": "chat", "uid": "u", "generation": 3,
                          "resourceVersion": "7"},
             "spec": with_changes(),

@@ -9,13 +9,15 @@ import asyncio
 from typing import Any
 
 import pytest
+from tests.unit.fakes import UnexpectedKube, no_events
+from tests.unit.memory_kube import merge
 
 from inference_rollout.api.status import InferenceRolloutStatus
 from inference_rollout.kube import KubeError
 from inference_rollout.reconciler import Deps, StatusConflict, fenced, write_status
 
 
-class ConflictOnce:
+class ConflictOnce(UnexpectedKube):
     """PATCH answers 409 once (the CLI wrote ``requests.promote`` meanwhile), then succeeds;
     GET returns the newer object."""
 
@@ -37,7 +39,7 @@ class ConflictOnce:
 
 def test_a_conflicting_status_write_is_never_retried_with_the_same_decision() -> None:
     kube = ConflictOnce()
-    deps = Deps(kube=kube, post_event=None)  # type: ignore[arg-type]
+    deps = Deps(kube=kube, post_event=no_events)
     body = {"metadata": {"namespace": "ns", "name": "r", "resourceVersion": "1"}}
     new = InferenceRolloutStatus(aborted=True, canary_weight=0, abort_reason="AnalysisFailed")
     with pytest.raises(StatusConflict):
@@ -49,7 +51,7 @@ def test_after_a_conflict_the_decision_is_made_again_from_the_newer_object() -> 
     """``fenced`` runs the whole attempt again on the object as the server holds it now (its
     steering request included), with that object's resourceVersion."""
     kube = ConflictOnce()
-    deps = Deps(kube=kube, post_event=None)  # type: ignore[arg-type]
+    deps = Deps(kube=kube, post_event=no_events)
 
     async def decide_and_write(d: Deps, body: dict[str, Any]) -> str:
         status = InferenceRolloutStatus.parse(body.get("status"))
@@ -64,7 +66,7 @@ def test_after_a_conflict_the_decision_is_made_again_from_the_newer_object() -> 
     assert [p["status"]["message"] for p in kube.patches] == ["holding", "promoting"]
 
 
-class Recorder:
+class Recorder(UnexpectedKube):
     """PATCH succeeds and applies the body as a JSON merge patch would (RFC 7386)."""
 
     def __init__(self, stored: dict[str, Any]) -> None:
@@ -77,18 +79,6 @@ class Recorder:
         return {"metadata": {"resourceVersion": "2"}, "status": self.stored}
 
 
-def merge(target: Any, patch: Any) -> Any:
-    if not isinstance(patch, dict):
-        return patch
-    out = dict(target) if isinstance(target, dict) else {}
-    for key, value in patch.items():
-        if value is None:
-            out.pop(key, None)
-        else:
-            out[key] = merge(out.get(key), value)
-    return out
-
-
 def test_a_reset_map_is_emptied_on_the_server_not_merged_into() -> None:
     """A new release resets ``analysis`` to {}; a plain merge patch of {} deletes nothing, and the
     previous release's Fail would hold the new canary at 0% for ever."""
@@ -99,7 +89,7 @@ def test_a_reset_map_is_emptied_on_the_server_not_merged_into() -> None:
     stored = old.to_body()
     new = InferenceRolloutStatus(canary_revision="b2b2b2b2b2")
     kube = Recorder(stored)
-    deps = Deps(kube=kube, post_event=None)  # type: ignore[arg-type]
+    deps = Deps(kube=kube, post_event=no_events)
     body = {"metadata": {"namespace": "ns", "name": "r", "resourceVersion": "1"},
             "status": stored}
     asyncio.run(write_status(deps, body, old, new))

@@ -21,8 +21,8 @@ GW = {"name": "sandbox", "namespace": "gw"}
 
 def cond(type_: str, status: str = "True", gen: int | None = 4, reason: str = "",
          message: str = "") -> dict[str, Any]:
-    out = {"type": type_, "status": status, "reason": reason or type_, "message": message,
-           "lastTransitionTime": "2026-12-03T12:00:00Z"}
+    out: dict[str, Any] = {"type": type_, "status": status, "reason": reason or type_,
+                           "message": message, "lastTransitionTime": "2026-12-03T12:00:00Z"}
     if gen is not None:
         out["observedGeneration"] = gen
     return out

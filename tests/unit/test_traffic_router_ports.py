@@ -10,11 +10,13 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from tests.unit.fakes import UnexpectedKube
+
 from inference_rollout.api.spec import GatewayAPITraffic
 from inference_rollout.traffic.gateway import HTTPRouteRouter
 
 
-class RouteStore:
+class RouteStore(UnexpectedKube):
     """An in-memory stand-in for the API server's HTTPRoute object (pure router unit test)."""
 
     def __init__(self, route: dict[str, Any]) -> None:
@@ -23,8 +25,9 @@ class RouteStore:
     async def get_or_none(self, path: str) -> dict[str, Any] | None:
         return self.route
 
-    async def apply(self, path: str, body: dict[str, Any]) -> None:
+    async def apply(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         self.route = body
+        return body
 
 
 def route_to(stable_port: int, canary_port: int) -> dict[str, Any]:
@@ -37,7 +40,7 @@ def test_fallback_keeps_the_port_the_route_names() -> None:
     store = RouteStore(route_to(9000, 9001))
     traffic = GatewayAPITraffic.model_validate(
         {"parentRefs": [{"name": "gw"}]})
-    router = HTTPRouteRouter(store, "ns", "chat", "uid-1", traffic, port=8000)  # type: ignore[arg-type]
+    router = HTTPRouteRouter(store, "ns", "chat", "uid-1", traffic, port=8000)
     assert asyncio.run(router.get_weights()) == {"aaa": 80, "bbb": 20}
     asyncio.run(router.set_weights("aaa", None, 0))
     assert store.route["spec"]["rules"][0]["backendRefs"] == [
@@ -47,7 +50,7 @@ def test_fallback_keeps_the_port_the_route_names() -> None:
 def test_a_known_service_port_wins_over_the_route() -> None:
     store = RouteStore(route_to(9000, 9001))
     traffic = GatewayAPITraffic.model_validate({"parentRefs": [{"name": "gw"}]})
-    router = HTTPRouteRouter(store, "ns", "chat", "uid-1", traffic, port=8000,  # type: ignore[arg-type]
+    router = HTTPRouteRouter(store, "ns", "chat", "uid-1", traffic, port=8000,
                              ports={"aaa": 7000})
     asyncio.run(router.get_weights())
     asyncio.run(router.set_weights("aaa", None, 0))

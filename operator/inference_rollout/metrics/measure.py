@@ -122,6 +122,7 @@ async def measure(
     since: float | None = None,
     weight: int | None = None,
     weight_since: float | None = None,
+    gateway_source: MetricSource | None = None,
 ) -> dict[str, Measurement]:
     """Measure ``metrics`` for the canary revision (and the stable one where a metric is
     relative).  Never raises for Prometheus trouble: that is reported per metric.
@@ -131,8 +132,15 @@ async def measure(
     counts also return them (:class:`Evidence`) for the sequential tests.  ``weight`` and
     ``weight_since``: the canary's weight in force and since when (for any rule), which
     ``gateway-traffic-share`` compares the gateway's split with.
+
+    ``gateway_source`` (default ``source``) serves the ``gateway-*`` templates: the gateway's
+    counters carry the gateway's namespace, not the rollout's, so the reconciler passes the same
+    Prometheus without namespace confinement (:func:`.tenancy.unconfined`). Those queries are the
+    operator's own, selecting only this rollout's Services by validated names.
     """
     at = time.time() if at is None else at
+    gateway_source = source if gateway_source is None else gateway_source
+    gateway_metrics = {m.name for m in metrics if m.template in gw.GATEWAY_TEMPLATES}
     revs = {"canary": Revision(namespace, rollout, canary_rev)}
     if stable_rev is not None:
         revs["stable"] = Revision(namespace, rollout, stable_rev)
@@ -178,7 +186,9 @@ async def measure(
         for kind in ("value", "samples", "evidence")
         if kind == "value" or getattr(q, kind) is not None
     ]
-    results = await asyncio.gather(*(_run(source, plans[n][s], k, at) for n, s, k in keys))
+    results = await asyncio.gather(*(
+        _run(gateway_source if n in gateway_metrics else source, plans[n][s], k, at)
+        for n, s, k in keys))
     outcomes = dict(zip(keys, results, strict=True))
 
     out: dict[str, Measurement] = {}

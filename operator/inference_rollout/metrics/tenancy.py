@@ -1,13 +1,16 @@
 """What one tenant's rollout may make the operator do with Prometheus (docs/security.md).
 
-Two operator settings, both off by default (a single-team cluster needs neither):
+Two operator settings, both secure by default (issue 29), each with an explicit opt-out for a
+single-team cluster:
 
-* ``--prometheus-allow URL`` (repeatable): the Prometheus addresses rollouts may name.  An address
-  outside the list is never contacted -- no request, so no bearer token read from the tenant's
-  Secret leaves the operator and no reply text reaches a status -- and every metric measures as a
-  ``BadQuery`` error naming the setting, which never passes a release.
-* ``--confine-queries``: every query is confined to the rollout's namespace
-  (:mod:`.confine`) before it is sent.
+* ``--prometheus-allow URL`` (repeatable): the Prometheus addresses rollouts may name; none by
+  default, ``--prometheus-allow-any`` to allow any.  An address outside the list is never
+  contacted -- no request, so no bearer token read from the tenant's Secret leaves the operator
+  and no reply text reaches a status -- and every metric measures as a ``BadQuery`` error naming
+  the setting, which never passes a release.
+* ``--confine-queries`` (on; ``--no-confine-queries`` to turn it off): every query is confined to
+  the rollout's namespace (:mod:`.confine`) before it is sent.  The ``gateway-*`` templates are
+  the exception (:func:`unconfined`): the gateway's series carry the gateway's namespace.
 
 An allow-list entry is a base URL: scheme, host and port must be equal (the default port of the
 scheme when none is written) and the address's path must be the entry's path or below it, on a
@@ -46,6 +49,14 @@ def refused(address: str) -> FailingSource:
         f"Prometheus address {sanitize(address, 200)} is not allowed by this operator "
         "(setting --prometheus-allow, chart value tenancy.prometheusAllow): ask its "
         "administrators to add it, or use an allowed Prometheus"))
+
+
+def unconfined(source: MetricSource) -> MetricSource:
+    """The same Prometheus (allow-list and token included) without namespace confinement, for
+    the operator's own ``gateway-*`` queries: a gateway's request counters are labelled with the
+    gateway's namespace, so confining them to the rollout's reads nothing. They select only the
+    rollout's own Services, by names the CRD and the model validate (DNS-1123, hex revisions)."""
+    return source.source if isinstance(source, NamespaceConfined) else source
 
 
 class NamespaceConfined:

@@ -41,7 +41,7 @@ from ..addresses import address_allowed, public_host
 from ..bounded_http import sanitize
 from ..config_objects import Missing, secret_texts
 from ..core.notices import Notice
-from ..kube import Kube
+from ..kube_protocol import ObjectReader
 from .messages import Outgoing, slack_payload, webhook_payload
 
 log = logging.getLogger("inference_rollout.notify")
@@ -88,7 +88,7 @@ class Attempt:
 class Notifier:
     """The operator's notifier (one per process); the CLI uses :meth:`deliver` directly."""
 
-    kube: Kube
+    kube: ObjectReader
     settings: Settings = field(default_factory=Settings)
     now: Callable[[], datetime] = lambda: datetime.now(UTC)
     _queues: dict[str, deque[Queued | Attempt]] = field(default_factory=dict)

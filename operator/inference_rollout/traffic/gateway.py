@@ -24,7 +24,8 @@ from typing import Any
 from ..api import API_VERSION, KIND, LABEL_MANAGED_BY, LABEL_ROLLOUT, MANAGED_BY, POOL_GROUP
 from ..api.spec import GatewayAPITraffic
 from ..core.revision import revision_name
-from ..kube import Kube, KubeError
+from ..kube import KubeError
+from ..kube_protocol import KubeClient
 from ..paths import ns_path
 from .route_status import route_acceptance
 from .router import RouteDrift, RouteError, RouteMissing, RouteState
@@ -35,7 +36,7 @@ GROUP, VERSION, PLURAL = "gateway.networking.k8s.io", "v1", "httproutes"
 class HTTPRouteRouter:
     def __init__(
         self,
-        kube: Kube,
+        kube: KubeClient,
         namespace: str,
         rollout: str,
         rollout_uid: str,

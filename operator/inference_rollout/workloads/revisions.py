@@ -26,7 +26,8 @@ from ..api import (
 from ..api.spec import GatewayAPITraffic, PodTemplate
 from ..core.revision import revision_name
 from ..core.types import RevisionState
-from ..kube import Kube, KubeError
+from ..kube import KubeError
+from ..kube_protocol import KubeClient
 from ..paths import ApiPath, ns_path
 
 
@@ -131,7 +132,7 @@ def _serving(template: dict[str, Any]) -> tuple[int | None, tuple[str, ...] | No
 class Revisions:
     """The revisions of one rollout."""
 
-    def __init__(self, kube: Kube, namespace: str, rollout: str, uid: str,
+    def __init__(self, kube: KubeClient, namespace: str, rollout: str, uid: str,
                  traffic: GatewayAPITraffic | None = None) -> None:
         self.kube, self.namespace, self.rollout, self.uid = kube, namespace, rollout, uid
         #: Set when each revision is also an InferencePool (``backendKind: InferencePool``).
