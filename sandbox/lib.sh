@@ -36,9 +36,11 @@ IR_POD_VETH="${IR_POD_VETH:-irpods0}"
 # One sandbox per machine (its ports, its pod network namespace): the checkout whose sandbox runs
 # here is named in this file (claim_machine).
 IR_MACHINE_OWNER="${IR_MACHINE_OWNER:-/run/inference-rollout/sandbox-owner}"
+# The namespace whose ServiceAccounts' requests the API server's audit log records (up.sh).
+IR_AUDITED_NAMESPACE=ir-tenancy-system
 export IR_HOST ETCD_CLIENT_PORT ETCD_PEER_PORT APISERVER_PORT CONTROLLER_MANAGER_PORT \
   SCHEDULER_PORT KWOK_PORT PROMETHEUS_PORT GATEWAY_PORT METRICS_ADAPTER_PORT TRAEFIK_PORT \
-  TRAEFIK_METRICS_PORT IR_POD_CIDR IR_POD_NETNS IR_POD_VETH IR_MACHINE_OWNER
+  TRAEFIK_METRICS_PORT IR_POD_CIDR IR_POD_NETNS IR_POD_VETH IR_MACHINE_OWNER IR_AUDITED_NAMESPACE
 
 IR_T0="${IR_T0:-$(date +%s)}"
 export IR_T0

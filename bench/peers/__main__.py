@@ -26,8 +26,9 @@ guard, rollback at the first failing check.  Measured from outside (docs/benchma
 * each controller process's CPU seconds and peak RSS over the run (``/proc``; Argo's with its
   plugin process);
 * the API-server requests each controller made from the release until settled: each runs with
-  a client certificate of its own, counted in the audit log of a sandbox started with
-  ``IR_APISERVER_AUDIT=1`` (:mod:`identity`; without it the figure is left out).
+  a client certificate of its own, counted in the sandbox's audit log
+  (:mod:`identity`; a sandbox started before the audit policy has none, and the figure is left
+  out).
 """
 
 from __future__ import annotations
@@ -322,7 +323,7 @@ def main() -> None:
         lane.use_kubeconfig(str(kubeconfig_for(Path(env["IR_STATE"]), env["KUBECONFIG"],
                                                lane.user)))
     if not env.get("IR_AUDIT_LOG"):
-        print("no audit log (start the sandbox with IR_APISERVER_AUDIT=1): API-server requests "
+        print("no audit log (restart a sandbox older than its audit policy): API-server requests "
               "per controller are not counted", flush=True)
     prom = env["PROMETHEUS_URL"]
     observers = {lane.kind: RouteObserver(lane.bench.observer_client(), lane.ns, period=0.02,

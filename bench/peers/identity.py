@@ -1,9 +1,9 @@
 """Who made which API-server request: each controller of the side-by-side run gets a client
 certificate of its own, and the API server's audit log counts their requests.
 
-``apiserver_request_total`` has no per-client label, so the count comes from the audit log of a
-sandbox started with ``IR_APISERVER_AUDIT=1`` (``sandbox/up.sh``: the metadata of the requests
-of group ``bench:audited`` only).  The certificates are signed by the sandbox CA
+``apiserver_request_total`` has no per-client label, so the count comes from the sandbox's audit log
+(``sandbox/up.sh``: the metadata of the requests of group ``bench:audited``, and of one
+namespace's ServiceAccounts, only).  The certificates are signed by the sandbox CA
 (``$IR_STATE/pki``), subject ``/O=system:masters/O=bench:audited/CN=<user>``: the rights of the
 sandbox admin, an identity of their own.
 """

@@ -272,13 +272,15 @@ def test_a_tenant_whose_webhook_never_answers_holds_no_one_elses_notices() -> No
 def test_a_worker_is_free_while_an_endpoint_waits_for_its_retry() -> None:
     with receiver({"/a": [503] * 3}) as rec:
         n = notifier({"a": {"webhookURL": rec.base + "/a"}, "b": {"webhookURL": rec.base + "/b"}},
-                     allow=(rec.base,), workers=1, first_delay=1.0, max_delay=1.0)
+                     allow=(rec.base,), workers=1, first_delay=60.0, max_delay=60.0)
+        # A backoff far longer than the test: with 1 s, a loaded machine delivered /b after
+        # ns-a's retry had already fired (2 bodies on /a), failing the test once in a full run.
 
         async def go() -> None:
             n.offer("ns-a", "r", "a", None, [ROLLBACK])
             while not rec.bodies("/a"):
                 await asyncio.sleep(0.01)
-            n.offer("ns-b", "r", "b", None, [PROMOTION])  # during ns-a's 1 s backoff
+            n.offer("ns-b", "r", "b", None, [PROMOTION])  # during ns-a's backoff
             while not rec.bodies("/b"):
                 await asyncio.sleep(0.01)
             assert len(rec.bodies("/a")) == 1  # the one worker served ns-b in between
