@@ -20,13 +20,13 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, ClassVar, TypeVar, cast
+from typing import Any, ClassVar, TypeVar
 
 import kopf
 from aiohttp import web
 from kubernetes.aio.client import Configuration
 
-from . import deletion_watchdog, operator_metrics
+from . import deletion_watchdog, events, operator_metrics
 from .api import GROUP, LABEL_ROLLOUT, PLURAL, VERSION
 from .core import wakeups
 from .core.types import RecordEvent
@@ -82,8 +82,11 @@ class Runtime:
 
 
 async def _post_event(body: dict[str, Any], event: RecordEvent) -> None:
-    kopf.event(cast(kopf.Body, body), type=event.type, reason=event.reason,
-               message=event.message[:1000])
+    """Through :mod:`.events`, not ``kopf.event``: an identical Event again is counted on the
+    existing one (as client-go's recorder does), so a retried decision does not show twice."""
+    deps = Runtime.deps
+    if deps is not None:  # before startup there is no client (and nothing to report yet)
+        await events.post_event(deps.kube, body, event, deps.now())
 
 
 _WAKEUP_HANDLERS = tuple(f"Handler '{name}'" for name in (

@@ -41,7 +41,7 @@ NAMESPACED_RULES = {
     ("", "pods"): ["list"],
     ("", "configmaps"): ["get"],  # the evaluation gate reads spec.evaluation's cases
     ("gateway.networking.k8s.io", "httproutes"): ["get", "list", "watch", "create", "patch"],
-    ("", "events"): ["create"],
+    ("", "events"): ["create", "get", "patch"],
 }
 CRD_SCANNING = {("apiextensions.k8s.io", "customresourcedefinitions"): ["list", "watch"]}
 NAMESPACE_SCANNING = {("", "namespaces"): ["list", "watch"]}

@@ -71,11 +71,14 @@ namespace in namespaces mode). */}}
   resources: ["httproutes"]
   verbs: ["get", "list", "watch", "create", "patch"]
 # Events (core v1).
-#   create - kopf.event posts one Event per step, promotion, rollback (StepWeightSet, Promoted,
-#            AnalysisFailed, ...); kopf never updates or patches an Event.
+#   create - one Event per step, promotion, rollback (StepWeightSet, Promoted, AnalysisFailed,
+#            ...), named after what it says (operator/inference_rollout/events.py); kopf's own
+#            Events about failed handlers.
+#   get, patch - the same Event again is counted on the existing one (count, lastTimestamp), as
+#            client-go's recorder aggregates, instead of a second object. No list, watch, delete.
 - apiGroups: [""]
   resources: ["events"]
-  verbs: ["create"]
+  verbs: ["create", "get", "patch"]
 # ConfigMaps.
 #   get    - the business evaluation set named by spec.evaluation.configMapRef, read before each
 #            run (once per canary revision, plus retries after an error). No list or watch, no
