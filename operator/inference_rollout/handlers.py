@@ -33,7 +33,14 @@ from .core.types import RecordEvent
 from .kube import Kube, load_configuration
 from .notify.delivery import Notifier, Settings
 from .paths import rollout_path
-from .reconciler import EXPECTED_ERRORS, Deps, fail_safe, reconcile, release_before_deletion
+from .reconciler import (
+    EXPECTED_ERRORS,
+    Deps,
+    fail_safe,
+    last_drill,
+    reconcile,
+    release_before_deletion,
+)
 
 log = logging.getLogger("inference_rollout")
 
@@ -196,7 +203,9 @@ async def wake_on_change(body: kopf.Body, **_: Any) -> None:
     status = body.get("status") or {}
     requests = status.get("requests") or {}
     generation_moved = meta.get("generation") != status.get("observedGeneration")
-    if generation_moved or any(requests.values()) or meta.get("deletionTimestamp"):
+    drill = last_drill(dict(body))
+    new_drill = drill is not None and drill.id != status.get("drillRecorded")
+    if generation_moved or any(requests.values()) or meta.get("deletionTimestamp") or new_drill:
         _wake(meta.get("namespace"), meta.get("name"))
 
 

@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
+import re
 import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -29,8 +31,10 @@ from typing import Any, Protocol, TypeVar
 from pydantic import ValidationError
 
 from . import operator_metrics
+from .api import ANN_LAST_DRILL, DRILL_ID_PATTERN
 from .api.spec import InferenceRolloutSpec, NotificationsSpec, PodTemplate, TrafficSpec
 from .api.status import InferenceRolloutStatus
+from .bounded_http import sanitize
 from .budget.lint import lint_manifest
 from .config_objects import Missing, configmap_text, secret_text
 from .core import validation
@@ -44,6 +48,7 @@ from .core.types import (
     Action,
     Decision,
     DeleteRevision,
+    DrillResult,
     EnsureRevision,
     EvaluationOutcome,
     Measurement,
@@ -180,6 +185,24 @@ class Deps:
         return NamespaceConfined(source, namespace) if self.confine_queries else source
 
 
+def last_drill(body: dict[str, Any]) -> DrillResult | None:
+    """The result the drill CLI left on the rollout (annotation ``last-drill``), or None when
+    there is none or it is not one (anyone who may annotate the rollout can write it: it only
+    ever becomes an Event and a notice of this rollout, with its text sanitised)."""
+    text = ((body.get("metadata") or {}).get("annotations") or {}).get(ANN_LAST_DRILL)
+    if not text:
+        return None
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(data, dict) or not re.fullmatch(DRILL_ID_PATTERN, str(data.get("id"))) \
+            or data.get("verdict") not in ("pass", "fail"):
+        return None
+    return DrillResult(str(data["id"]), data["verdict"] == "pass",
+                       sanitize(str(data.get("summary") or f"drill: {data['verdict']}"), 300))
+
+
 async def _close_after_its_queries(source: PooledSource) -> None:
     """Close an evicted client once a query it may still be serving has timed out."""
     await asyncio.sleep(source.timeout_s + 1)
@@ -248,6 +271,7 @@ async def _reconcile(deps: Deps, body: dict[str, Any]) -> float:
         invalid=tuple(invalid),
         deleting=deleting,
         rollout=name,
+        drill=last_drill(body),
     )
     decision = decide(spec, status, world, now)
     decided_at = time.monotonic()

@@ -82,8 +82,7 @@ def test_canary_fault_is_rolled_back_notified_reported_and_undone(
     # and then (0.7^5 = 17% for five requests) and the rollback came at 20%, 4.3 intervals in
     out = cli(story, "drill", "canary-fault", "fault", "--annotation",
               f"{SIM_ANNOTATION}failure-rate=50", "--within", "6", "--max-duration", "4m",
-              "--report", str(tmp_path / "drill"), "--notify-secret", SECRET,
-              "--notify-allow", hooks.base)
+              "--report", str(tmp_path / "drill"))
     assert out.returncode == 0, out.stdout + out.stderr + story.op.tail(30)
     report = json.loads((tmp_path / "drill.json").read_text())
     assert report["verdict"] == "pass"
@@ -98,14 +97,21 @@ def test_canary_fault_is_rolled_back_notified_reported_and_undone(
     assert after["spec"]["template"] == before
     assert not any(k.startswith("rollouts.inference.dev/drill")
                    for k in after["metadata"].get("annotations") or {})
-    # the operator told the webhook and Slack of the rollback, with its reason; the CLI the result
+    # the operator told the webhook and Slack of the rollback, with its reason, and of the
+    # drill's result the CLI left on the rollout (the CLI itself sends nothing)
+    last = json.loads(after["metadata"]["annotations"]["rollouts.inference.dev/last-drill"])
+    assert last["verdict"] == "pass" and last["kind"] == "canary-fault"
     hook = hooks.wait_for(f"/{story.ns}/hook", 2, timeout=30)
     rollback = next(b for b in hook if b["kind"] == "Rollback")
     assert rollback["reason"] == "AnalysisFailed" and rollback["rolledBack"] is True
     assert rollback["message"].startswith("rolled back: errors")
     assert rollback["rollout"] == {"namespace": story.ns, "name": "fault"}
     drill = next(b for b in hook if b["kind"] == "Drill")
-    assert drill["reason"] == "DrillPassed"
+    assert drill["reason"] == "DrillPassed" and drill["message"] == last["summary"]
+    st = story.cluster.status(story.ns, "fault")
+    assert st.get("drillRecorded") == last["id"]  # once: a later reconcile sends it no more
+    assert [e for e in story.release.events() if e.startswith("DrillPassed: ")] == [
+        f"DrillPassed: {last['summary']}"]
     slack = hooks.wait_for(f"/{story.ns}/slack", 1, timeout=30)
     assert any("rolled back: AnalysisFailed" in m["text"] for m in slack)
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ from typing import Any
 import pytest
 from tests.unit.memory_kube import MemoryKube
 
+from inference_rollout.api import ANN_LAST_DRILL, DRILL_ID_PATTERN
 from inference_rollout.cli import drill, drill_kinds, plugin
 from inference_rollout.kube import KubeError
 from inference_rollout.paths import ApiPath, ns_path, rollout_path
@@ -208,11 +210,19 @@ def test_an_outage_that_is_not_measured_as_errors_fails_and_is_undone(
     code, out, _ = run(monkeypatch, capsys, kube, "prometheus-outage", "--outage", "0s",
                        "--report", str(tmp_path / "o"))
     assert code == 1 and "Drill prometheus-outage: FAIL" in out
-    cut = [ops for m, p, ops in kube.writes("PATCH") if p == ROLLOUT and len(ops) == 1]
+    cut = [ops for m, p, ops in kube.writes("PATCH")
+           if p == ROLLOUT and isinstance(ops, list) and len(ops) == 1]
     assert cut == [[{"op": "replace", "path": "/spec/analysis/prometheus/address",
                      "value": "http://127.0.0.1:9"}]]
     assert kube.objects[ROLLOUT]["spec"]["analysis"]["prometheus"]["address"] == \
         "http://prom:9090"
+    # the result is left on the rollout for the operator to record and notify (the CLI sends
+    # nothing: the import contract forbids it the notifier)
+    last = json.loads(kube.objects[ROLLOUT]["metadata"]["annotations"][ANN_LAST_DRILL])
+    assert (last["kind"], last["verdict"]) == ("prometheus-outage", "fail")
+    assert last["summary"] == ("drill prometheus-outage: fail; failed: the outage was measured "
+                               "as errors")
+    assert re.fullmatch(DRILL_ID_PATTERN, last["id"])
     checks = {c["name"]: c["passed"] for c in report(tmp_path / "o")["checks"]}
     assert checks == {"no promotion without evidence": True,
                       "the outage was measured as errors": False}

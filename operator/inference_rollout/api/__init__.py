@@ -26,6 +26,11 @@ REVISION_PATTERN = f"^[0-9a-f]{{{HASH_LENGTH}}}$"
 LABEL_ROLLOUT = f"{GROUP}/rollout"
 LABEL_REVISION = f"{GROUP}/revision"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+#: The last drill's result, written on the rollout by ``kubectl inference-rollout drill`` when it
+#: ends (JSON: id, kind, verdict, summary); the operator records it as an Event and notifies
+#: (the CLI sends nothing itself: it is a client of the API, not a notifier).
+ANN_LAST_DRILL = f"{GROUP}/last-drill"
+DRILL_ID_PATTERN = r"^[0-9a-f]{32}$"
 MANAGED_BY = "inference-rollout"
 
 #: The Gateway API Inference Extension's InferencePool (one per revision with backendKind

@@ -154,6 +154,8 @@ VERDICT_CHANGED = "AnalysisVerdict"
 VERDICT_CHANGED_MSG = "{metric}: {verdict} ({value} vs {threshold})"
 
 # Business evaluation gate
+DRILL_PASSED = "DrillPassed"
+DRILL_FAILED = "DrillFailed"
 EVALUATION_PASSED = "EvaluationPassed"
 EVALUATION_PASSED_MSG = (
     "business evaluation of canary {canary}: {canary_score:.1f} points, stable "

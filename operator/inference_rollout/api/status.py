@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 from pydantic.alias_generators import to_camel
 
-from . import HASH_LENGTH, REVISION_PATTERN
+from . import DRILL_ID_PATTERN, HASH_LENGTH, REVISION_PATTERN
 
 Phase = Literal["Healthy", "Progressing", "Paused", "Degraded"]
 Verdict = Literal["Pass", "Fail", "Error", "Inconclusive"]
@@ -24,6 +24,7 @@ ConditionStatus = Literal["True", "False", "Unknown"]
 #: status: so the CRD refuses any other value, and a status that holds one (written before this
 #: rule) is ``Valid=False`` and acted on by nothing (reconciler.py).
 Revision = Annotated[str, Field(pattern=REVISION_PATTERN, max_length=64)]
+DrillId = Annotated[str, Field(pattern=DRILL_ID_PATTERN, max_length=32)]
 #: At most this many old revisions wait for their scale-down (each promotion adds one; each goes
 #: after its delay): a bound the CRD's CEL cost estimate needs.
 MAX_OLD_REVISIONS = 100
@@ -149,6 +150,9 @@ class InferenceRolloutStatus(StatusModel):
     evaluation: EvaluationResult | None = Field(
         None, description="The business evaluation of the current canary, once it has run."
     )
+    drill_recorded: DrillId | None = Field(
+        None, description="The id of the last drill result recorded as an Event and notified "
+        "(annotation rollouts.inference.dev/last-drill).")
     evaluation_running: EvaluationRun | None = Field(
         None, description="The business evaluation begun and not yet recorded (a restart "
         "during it counts as an evaluation error).")

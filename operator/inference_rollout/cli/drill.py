@@ -6,8 +6,11 @@ Every drill is planned (the plan is printed first; ``--dry-run`` stops there), b
 aborted -- Ctrl-C, the time bound, or ``drill abort NAME`` from another terminal -- which undoes
 it.  What undoes a drill is written into the rollout's annotations before the drill changes
 anything (``rollouts.inference.dev/drill-undo``: JSON patch operations), so ``drill abort`` can
-undo a drill whose process died.  The result is a Markdown and a JSON report, and a ``Drill``
-notice to the rollout's notification endpoints (docs/notifications.md).
+undo a drill whose process died.  The result is a Markdown and a JSON report, and the
+annotation ``rollouts.inference.dev/last-drill`` on the rollout: the operator records it as a
+``DrillPassed``/``DrillFailed`` Event and sends the ``Drill`` notice to the rollout's
+notification endpoints (docs/notifications.md). The CLI sends nothing itself: it is a client of
+the API (an import contract forbids it the notifier), and needs no Secret.
 """
 
 from __future__ import annotations
@@ -19,12 +22,9 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any
 
-from ..api import GROUP
+from ..api import ANN_LAST_DRILL, GROUP
 from ..api.duration import parse_duration
-from ..core.notices import Notice
 from ..kube import Kube, KubeError
-from ..notify.delivery import Notifier, Settings
-from ..notify.messages import Outgoing
 from ..paths import ApiPath, rollout_path
 from .drill_report import DrillRecord
 
@@ -78,12 +78,6 @@ def add_arguments(drill: argparse.ArgumentParser) -> None:
     outage.add_argument("--cut-address", default="http://127.0.0.1:9",
                         help="the address the rollout analyses against meanwhile (default: a "
                              "closed loopback port)")
-    notify = drill.add_argument_group("notification of the result")
-    notify.add_argument("--notify-secret", default=None, metavar="NAME",
-                        help="the namespace's notification Secret (the rollout's own "
-                             "spec.notifications.secretRef wins)")
-    notify.add_argument("--notify-allow", action="append", default=[], metavar="URL",
-                        help="webhook base URLs the result may go to (default: public only)")
 
 
 async def run(kube: Kube, ns: str, args: argparse.Namespace) -> int:
@@ -122,7 +116,7 @@ async def run(kube: Kube, ns: str, args: argparse.Namespace) -> int:
     written = record.write(prefix)
     print(f"\nDrill {args.kind}: {record.verdict.upper()} (report: "
           f"{', '.join(map(str, written))})", flush=True)
-    await _notify(kube, ns, body, record, args)
+    await _record_result(kube, path, record)
     return 0 if record.verdict == "pass" else 1
 
 
@@ -199,24 +193,21 @@ def _escape(key: str) -> str:
     return key.replace("~", "~0").replace("/", "~1")
 
 
-async def _notify(kube: Kube, ns: str, body: dict[str, Any], record: DrillRecord,
-                  args: argparse.Namespace) -> None:
-    """The result as a ``Drill`` notice, when the rollout or the command names endpoints."""
-    wanted = (body.get("spec") or {}).get("notifications") or {}
-    secret = (wanted.get("secretRef") or {}).get("name")
-    events = wanted.get("events")
-    if (secret is None and args.notify_secret is None) or (events and "Drill" not in events):
-        return
-    st = body.get("status") or {}
+async def _record_result(kube: Kube, path: ApiPath, record: DrillRecord) -> None:
+    """Leave the result on the rollout (annotation ``last-drill``) for the operator, which posts
+    the Event and notifies once per drill id (core/decide.py ``_record_drill``)."""
     failed = [c.name for c in record.checks if not c.passed]
     summary = (f"drill {record.kind}: {record.verdict}"
                + (f" ({record.aborted})" if record.aborted else "")
                + (f"; failed: {', '.join(failed)}" if failed else ""))
-    notice = Notice("Drill", "DrillPassed" if record.verdict == "pass" else "DrillFailed",
-                    summary, False, st.get("stableRevision"), None, 0)
-    notifier = Notifier(kube, Settings(allow=tuple(args.notify_allow),
-                                       namespace_secret=args.notify_secret, attempts=3))
-    results = await notifier.deliver(Outgoing(ns, args.name, notice, datetime.now(UTC)), secret)
-    await notifier.aclose()
-    if results:
-        print("notified: " + ", ".join(f"{k} {v}" for k, v in results.items()))
+    result = {"id": record.drill_id or uuid.uuid4().hex, "kind": record.kind,
+              "verdict": record.verdict, "summary": summary[:300]}
+    try:
+        await kube.merge_patch(path, {"metadata": {"annotations": {
+            ANN_LAST_DRILL: json.dumps(result, separators=(",", ":"))}}})
+    except KubeError as e:
+        print(f"the result could not be left on the rollout for the operator to notify: "
+              f"{e.message}")
+        return
+    print("result left on the rollout (annotation last-drill): the operator posts the Event "
+          "and notifies as spec.notifications says")

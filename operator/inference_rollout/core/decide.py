@@ -147,6 +147,7 @@ def decide(
         _reconcile_route(run)
         _note_rejection(run)
         _recheck_backends(run)
+        _record_drill(run)
     st = run.status
     st.replicas = serving_pods(st, world, run.actions)
     st.selector = serving_selector(world.rollout, st)
@@ -175,6 +176,20 @@ def _on_delete(run: _Run) -> None:
         _reconcile_route(run)
         if run.spec.traffic.gateway_api.http_route_ref is not None:
             run.actions.append(OrphanRevision(st.stable_revision))
+
+
+def _record_drill(run: _Run) -> None:
+    """A drill's result, once: an Event (and so a ``Drill`` notice) the first time the operator
+    sees a result id, remembered in ``status.drillRecorded``. The CLI wrote the result; telling
+    people is the operator's, which knows the rollout's notification settings."""
+    drill = run.world.drill
+    if drill is None or drill.id == run.status.drill_recorded:
+        return
+    run.status.drill_recorded = drill.id
+    if drill.passed:
+        run.event("Normal", r.DRILL_PASSED, drill.summary)
+    else:
+        run.event("Warning", r.DRILL_FAILED, drill.summary)
 
 
 def _note_invalid(run: _Run) -> None:

@@ -1,4 +1,4 @@
-"""What a person should hear about a decision: rollbacks, promotions, pauses, limits.
+"""What a person should hear about a decision: rollbacks, promotions, pauses, limits, drills.
 
 The core says *what* happened; whether and where anyone is told is the notifier's business
 (:mod:`inference_rollout.notify`).  A notice is derived from one decision and the status it
@@ -54,6 +54,9 @@ def notices(old: InferenceRolloutStatus, decision: Decision) -> tuple[Notice, ..
         out.append(notice(_OWN_KIND.get(reason, "Rollback"), reason, new.message, True))
     if any(e.reason == r.PROMOTED for e in events):
         out.append(notice("Promotion", r.PROMOTED, new.message))
+    for drill in (r.DRILL_PASSED, r.DRILL_FAILED):
+        if any(e.reason == drill for e in events):
+            out.append(notice("Drill", drill, ""))
     paused = new.paused_reason
     if paused is not None and paused != old.paused_reason and decision.rolled_back is None:
         out.append(notice(_OWN_KIND.get(paused, "Pause"), paused,

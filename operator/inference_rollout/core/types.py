@@ -128,6 +128,15 @@ RouteAcceptance = RouteApplied | RoutePending | RouteRejected | RouteUnreported
 
 
 @dataclass(frozen=True)
+class DrillResult:
+    """What ``kubectl inference-rollout drill`` found, as it left it on the rollout."""
+
+    id: str
+    passed: bool
+    summary: str
+
+
+@dataclass(frozen=True)
 class Observation:
     """The world as read at one instant.
 
@@ -150,6 +159,8 @@ class Observation:
     #: The gateway's view of the route; None when it was not read (no route yet).
     route_acceptance: RouteAcceptance | None = None
     rollout: str = ""  # the rollout's name (the scale subresource's selector names it)
+    #: The last drill's result as the drill wrote it on the rollout (None: none, or unreadable).
+    drill: DrillResult | None = None
 
 
 # --- actions ------------------------------------------------------------------------------------
