@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from tests.unit.coresim import manifest_spec, with_model
+from tests.unit.fakes import no_events
 from tests.unit.memory_kube import MemoryKube
 
 from inference_rollout import operator_metrics
@@ -257,7 +258,7 @@ def test_deleting_moves_traffic_to_stable_and_a_missing_route_is_not_an_error() 
 
 def test_a_rollout_deleted_during_a_conflict_answers_gone() -> None:
     kube = MemoryKube()
-    deps = Deps(kube=kube, post_event=None)  # type: ignore[arg-type]
+    deps = Deps(kube=kube, post_event=no_events)
     body = {"metadata": {"namespace": NS, "name": NAME, "resourceVersion": "1"}}
 
     async def conflicting(_d: Deps, _b: dict[str, Any]) -> str:
@@ -272,7 +273,7 @@ def test_a_rollout_deleted_during_a_conflict_answers_gone() -> None:
 
 def test_write_status_ignores_a_deleted_rollout_and_raises_other_refusals() -> None:
     kube = MemoryKube()
-    deps = Deps(kube=kube, post_event=None)  # type: ignore[arg-type]
+    deps = Deps(kube=kube, post_event=no_events)
     body = {"metadata": {"namespace": NS, "name": NAME, "resourceVersion": "1"}}
     new = InferenceRolloutStatus(phase="Healthy")
     asyncio.run(write_status(deps, body, InferenceRolloutStatus(), new))  # 404: no error
@@ -318,7 +319,7 @@ def source_error(deps: Deps, spec: InferenceRolloutSpec) -> str:
 
 def test_an_address_outside_the_allow_list_is_refused_before_the_token_is_read() -> None:
     kube = MemoryKube({SECRET: secret(b"s3cret")})
-    deps = Deps(kube=kube, post_event=None,  # type: ignore[arg-type]
+    deps = Deps(kube=kube, post_event=no_events,
                 prometheus_allow=("http://allowed:9090",))
     message = source_error(deps, spec_with(TOKEN_REF))
     assert "http://prom:9090 is not allowed" in message
@@ -326,11 +327,11 @@ def test_an_address_outside_the_allow_list_is_refused_before_the_token_is_read()
 
 
 def test_a_missing_or_unusable_token_fails_the_metrics_and_never_quotes_the_token() -> None:
-    deps = Deps(kube=MemoryKube(), post_event=None,  # type: ignore[arg-type]
+    deps = Deps(kube=MemoryKube(), post_event=no_events,
                 prometheus_allow=(PROM,))
     assert "Prometheus token: Secret prom-token" in source_error(deps, spec_with(TOKEN_REF))
     deps = Deps(kube=MemoryKube({SECRET: secret(b"not a token\x01")}),
-                post_event=None, prometheus_allow=(PROM,))  # type: ignore[arg-type]
+                post_event=no_events, prometheus_allow=(PROM,))
     message = source_error(deps, spec_with(TOKEN_REF))
     assert "key token is not a bearer token" in message and "\x01" not in message
 
@@ -338,7 +339,7 @@ def test_a_missing_or_unusable_token_fails_the_metrics_and_never_quotes_the_toke
 def test_sources_are_reused_per_address_and_token_and_the_oldest_is_evicted() -> None:
     async def go() -> None:
         deps = Deps(kube=MemoryKube({SECRET: secret(b"abc.def")}),
-                    post_event=None,  # type: ignore[arg-type]
+                    post_event=no_events,
                     prometheus_allow=(PROM,), confine_queries=False, max_sources=1)
         first = await deps.source_for(spec_with(TOKEN_REF), NS)
         assert isinstance(first, PrometheusSource)
@@ -365,7 +366,7 @@ CONFIGMAP = ns_path("", "v1", NS, "configmaps", "cases")
 def evaluate(kube: MemoryKube) -> Any:
     spec = InferenceRolloutSpec.parse(EVAL_SPEC)
     status = InferenceRolloutStatus(stable_revision="5151515151", canary_revision="c1c1c1c1c1")
-    deps = Deps(kube=kube, post_event=None)  # type: ignore[arg-type]
+    deps = Deps(kube=kube, post_event=no_events)
     return asyncio.run(_evaluate(deps, spec, status, NS, NAME, {}))
 
 
@@ -384,7 +385,7 @@ def test_an_evaluation_set_that_does_not_parse_names_the_configmap_key() -> None
 
 
 def test_lint_findings_are_computed_once_per_generation() -> None:
-    deps = Deps(kube=MemoryKube(), post_event=None)  # type: ignore[arg-type]
+    deps = Deps(kube=MemoryKube(), post_event=no_events)
     body = {"metadata": {"uid": "u1", "generation": 1, "name": NAME, "namespace": NS},
             "spec": manifest_spec()}
     first = deps.lint_errors(body, None)
@@ -395,7 +396,7 @@ def test_lint_findings_are_computed_once_per_generation() -> None:
 
 
 def test_notify_without_a_notifier_or_with_a_broken_spec_still_offers_safely() -> None:
-    deps = Deps(kube=MemoryKube(), post_event=None)  # type: ignore[arg-type]
+    deps = Deps(kube=MemoryKube(), post_event=no_events)
     decision = Decision((), InferenceRolloutStatus(), None, None)
     body = {"metadata": {"namespace": NS, "name": NAME}, "spec": {"notifications": 7}}
     deps.notify(body, InferenceRolloutStatus(), decision)  # no notifier: nothing to do
