@@ -109,6 +109,8 @@ def install(cluster: Cluster) -> Iterator[Install]:
                    "--set", f"image.repository={repo}", "--set", f"image.tag={tag}",
                    "--set", f"operator.livenessPort={LIVENESS_PORT}",
                    "--set", f"operator.metricsPort={METRICS_PORT}",
+                   # secure by default: the one Prometheus its rollouts use, named
+                   "--set", f"tenancy.prometheusAllow={{{cluster.env['PROMETHEUS_URL']}}}",
                    # the pod the cluster would run stays Pending: podman runs it here
                    "--set-string", "nodeSelector.inference-rollout\\.dev/never-schedule=true"]
     kubeconfig = cluster.env["KUBECONFIG"]
@@ -281,7 +283,7 @@ def test_a_release_is_promoted_and_one_rolled_back(cluster: Cluster, install: In
         back = {v2: 100, st["canaryRevision"]: 0}
         wait_for(lambda: rel.route() == back, 15, f"the route back on {v2}: {back}")
         reasons = [e.split(":")[0] for e in rel.events()]
-        assert "Promoted" in reasons  # Events are kopf's client: it authenticated in-cluster
+        assert "Promoted" in reasons  # posted by the operator's client, authenticated in-cluster
     finally:
         load.stop()
     # the release's series, from the chart's metrics port (exported after the reconcile's writes)
