@@ -17,7 +17,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import io
 import logging
+import signal
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, ClassVar, TypeVar
@@ -167,10 +170,24 @@ async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
     await runner.setup()
     await web.TCPSite(runner, "0.0.0.0", Runtime.metrics_port).start()  # a pod port: all interfaces
     log.info("metrics on :%d/metrics", Runtime.metrics_port)
+    with contextlib.suppress(NotImplementedError, RuntimeError):  # no signals off the main thread
+        asyncio.get_running_loop().add_signal_handler(signal.SIGUSR2, _log_tasks)
     if not Runtime.clusterwide:
         Runtime.watchdog = asyncio.create_task(deletion_watchdog.run(
             kube, Runtime.served_namespaces, FINALIZER,
             _release_before_deletion, Runtime.deps.now, Runtime.namespace_patterns))
+
+
+def _log_tasks() -> None:
+    """SIGUSR2: log where every task of the event loop waits, one warning per task. For a
+    reconcile that never happens or never ends (the e2e harness sends it when a wait times out,
+    so such a failure shows what the operator was doing)."""
+    tasks = asyncio.all_tasks()
+    log.warning("SIGUSR2: %d asyncio tasks", len(tasks))
+    for task in list(tasks)[:300]:
+        out = io.StringIO()
+        task.print_stack(limit=12, file=out)
+        log.warning("task %s:\n%s", task.get_name(), out.getvalue()[-3000:])
 
 
 async def _release_before_deletion(body: dict[str, Any]) -> None:

@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -91,6 +92,12 @@ class OperatorProcess:
         with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics",
                                     timeout=timeout) as r:
             return str(r.read().decode())
+
+    def dump_tasks(self) -> None:
+        """SIGUSR2: the operator logs where each of its asyncio tasks waits (handlers.py)."""
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGUSR2)
+            time.sleep(1.0)
 
     def kill(self) -> None:
         """SIGKILL: no cleanup, no final status write — the crash the design must survive."""

@@ -65,9 +65,14 @@ class Release:
         try:
             return wait_for(probe, timeout, f"{self.name}: {what}", interval=0.5, tolerate=())
         except TimeoutError as e:
+            dump = getattr(self.op, "dump_tasks", None)
+            if dump is not None:  # what the operator was doing, in its log (handlers._log_tasks)
+                dump()
             raise AssertionError(
                 f"{e}\nstatus: {summary_line(self.status())}\nmessage: "
-                f"{self.status().get('message')}\noperator log:\n{self.op.tail(25)}") from None
+                f"{self.status().get('message')}\noperator log (its tasks' stacks logged just "
+                f"before; all of it: {getattr(self.op, 'log_path', '?')}):\n{self.op.tail(25)}"
+            ) from None
 
     def wait_healthy(self, revision: str | None = None, timeout: float = 120) -> dict[str, Any]:
         return self.wait(lambda s: s.get("phase") == "Healthy" and not s.get("canaryRevision")

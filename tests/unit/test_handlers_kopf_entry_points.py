@@ -269,3 +269,21 @@ def test_cleanup_stops_the_watchdog_and_drains_the_notifier() -> None:
         assert asyncio.run(scenario()) == (True, 5.0)
     finally:
         Runtime.deps, Runtime.watchdog = None, None
+
+
+def test_sigusr2_logs_where_every_task_waits(caplog: pytest.LogCaptureFixture) -> None:
+    """A reconcile that never happens or never ends explains itself: the e2e harness sends
+    SIGUSR2 when a wait times out, and the operator logs each task's stack."""
+    async def parked_reconcile() -> None:
+        await asyncio.sleep(3600)
+
+    async def go() -> None:
+        task = asyncio.create_task(parked_reconcile(), name="run_rollout/ns/chat")
+        await asyncio.sleep(0)
+        with caplog.at_level(logging.WARNING, "inference_rollout"):
+            handlers._log_tasks()
+        task.cancel()
+
+    asyncio.run(go())
+    assert "SIGUSR2: 2 asyncio tasks" in caplog.text
+    assert "task run_rollout/ns/chat:" in caplog.text and "parked_reconcile" in caplog.text
