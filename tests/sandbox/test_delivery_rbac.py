@@ -138,6 +138,24 @@ def token_kubeconfig(admin_kubeconfig: str, token: str, path: Path) -> None:
     path.chmod(0o600)
 
 
+def install_for_a_process(cluster: Cluster, release: str, release_ns: str, watched: list[str],
+                          directory: Path, *sets: str) -> tuple[str, Path]:
+    """helm install in namespaces mode, its operator pod kept Pending (the operator runs as a
+    process, under the same identity); the chart's ServiceAccount and a kubeconfig holding only
+    a token of it (in ``directory``). ``sets``: more ``--set`` values."""
+    kubeconfig = cluster.env["KUBECONFIG"]
+    extra = [a for s in sets for a in ("--set", s)]
+    run_helm(kubeconfig, "install", release, str(CHART), "--namespace", release_ns,
+             "--create-namespace", "--set", "watch.mode=namespaces",
+             "--set", f"watch.namespaces={{{','.join(watched)}}}",
+             "--set", f"prometheus.bearerTokenSecret={TOKEN_SECRET}", *extra,
+             "--set-string", "nodeSelector.inference-rollout\\.dev/never-schedule=true")
+    sa = f"{release}-inference-rollout"
+    path = directory / "operator.kubeconfig"
+    token_kubeconfig(kubeconfig, request_token(cluster.core, release_ns, sa), path)
+    return sa, path
+
+
 def request_token(core: client.CoreV1Api, ns: str, sa: str) -> str:
     req = client.AuthenticationV1TokenRequest(
         spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=3600)
@@ -165,15 +183,8 @@ def install(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Itera
     cluster.create_namespace(watched)
     api = None
     try:
-        run_helm(kubeconfig, "install", release, str(CHART), "--namespace", release_ns,
-                 "--create-namespace", "--set", "watch.mode=namespaces",
-                 "--set", f"watch.namespaces={{{watched}}}",
-                 "--set", f"prometheus.bearerTokenSecret={TOKEN_SECRET}",
-                 # the operator runs below as a process, under the same identity; its pod waits
-                 "--set-string", "nodeSelector.inference-rollout\\.dev/never-schedule=true")
-        sa = f"{release}-inference-rollout"
-        path = tmp_path_factory.mktemp("rbac") / "operator.kubeconfig"
-        token_kubeconfig(kubeconfig, request_token(cluster.core, release_ns, sa), path)
+        sa, path = install_for_a_process(cluster, release, release_ns, [watched],
+                                         tmp_path_factory.mktemp("rbac"))
         api = config.new_client_from_config(config_file=str(path))
         yield Install(release, release_ns, watched, sa, path, api)
     finally:

@@ -24,9 +24,9 @@ from typing import Any
 import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
-from test_delivery_chart import CHART, helm_binary
+from test_delivery_chart import helm_binary
+from test_delivery_rbac import TOKEN_SECRET, install_for_a_process, other_operators
 from test_delivery_rbac import cluster as rbac_cluster
-from test_delivery_rbac import other_operators, request_token, run_helm, token_kubeconfig
 
 from irsandbox.cluster import GROUP, PLURAL, VERSION, Cluster
 from irsandbox.common import free_port, wait_for
@@ -38,7 +38,6 @@ pytestmark = [pytest.mark.sandbox, pytest.mark.timeout(600)]
 
 cluster = rbac_cluster  # the same fixture: the sandbox's cluster, with the CRD installed
 
-TOKEN_SECRET = "prom-token"
 
 
 @dataclass
@@ -73,15 +72,9 @@ def tenants(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Itera
     for ns in (a, b):
         cluster.create_namespace(ns)
     try:
-        run_helm(kubeconfig, "install", release, str(CHART), "--namespace", release_ns,
-                 "--create-namespace", "--set", "watch.mode=namespaces",
-                 "--set", f"watch.namespaces={{{a},{b}}}",
-                 "--set", f"prometheus.bearerTokenSecret={TOKEN_SECRET}",
-                 "--set", f"tenancy.prometheusAllow={{{cluster.env['PROMETHEUS_URL']}}}",
-                 "--set-string", "nodeSelector.inference-rollout\\.dev/never-schedule=true")
-        sa = f"{release}-inference-rollout"
-        path = tmp_path_factory.mktemp("tenancy") / "operator.kubeconfig"
-        token_kubeconfig(kubeconfig, request_token(cluster.core, release_ns, sa), path)
+        sa, path = install_for_a_process(
+            cluster, release, release_ns, [a, b], tmp_path_factory.mktemp("tenancy"),
+            f"tenancy.prometheusAllow={{{cluster.env['PROMETHEUS_URL']}}}")
         yield Tenants(a, b, release_ns, f"system:serviceaccount:{release_ns}:{sa}", path)
     finally:
         subprocess.run([str(helm_binary()), "--kubeconfig", kubeconfig, "uninstall", release,

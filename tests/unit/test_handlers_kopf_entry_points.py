@@ -6,6 +6,7 @@ credentials handed to kopf.  The API is the in-memory one of tests/unit/memory_k
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import Iterator
 from typing import Any, cast
@@ -212,6 +213,12 @@ def test_own_status_writes_wake_nobody_requests_and_deletion_do() -> None:
                                                    "requests": {"abort": True}}})
         assert wakes({"metadata": {**meta, "deletionTimestamp": "x"},
                       "status": {"observedGeneration": 3}})
+        # a drill result the operator has not recorded wakes it; a recorded one does not
+        drill = {"annotations": {"rollouts.inference.dev/last-drill": json.dumps(
+            {"id": "a" * 32, "verdict": "pass", "summary": "drill pod-kill: pass"})}}
+        assert wakes({"metadata": {**meta, **drill}, "status": {"observedGeneration": 3}})
+        assert not wakes({"metadata": {**meta, **drill},
+                          "status": {"observedGeneration": 3, "drillRecorded": "a" * 32}})
     finally:
         Runtime.wake.clear()
 

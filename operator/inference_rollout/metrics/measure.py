@@ -140,7 +140,7 @@ async def measure(
     """
     at = time.time() if at is None else at
     gateway_source = source if gateway_source is None else gateway_source
-    gateway_metrics = {m.name for m in metrics if m.template in gw.GATEWAY_TEMPLATES}
+    gateway_metrics = {m.name for m in metrics if m.template in GATEWAY_TEMPLATES}
     revs = {"canary": Revision(namespace, rollout, canary_rev)}
     if stable_rev is not None:
         revs["stable"] = Revision(namespace, rollout, stable_rev)
