@@ -110,9 +110,7 @@ patch_kwok_mark_pod_ips() {
     "kwok ${version}: patch_kwok_mark_pod_ips"
   sed_present "${file}" 'ips = append(ips, pool.Get())' 'ips = append(ips, freePodIP(pool))' \
     "kwok ${version}: patch_kwok_mark_pod_ips"
-  [[ ! -e "${dir}/held_ips_sandbox.go" ]] ||
-    die "kwok ${version}: held_ips_sandbox.go exists upstream; update patch_kwok_mark_pod_ips"
-  cat >"${dir}/held_ips_sandbox.go" <<'GO'
+  new_source_file "${dir}/held_ips_sandbox.go" "kwok ${version}: patch_kwok_mark_pod_ips" <<'GO'
 // Added by inference-rollout's sandbox/build.sh (patch_kwok_mark_pod_ips); not part of KWOK.
 
 package controllers
@@ -200,6 +198,13 @@ copy_module() {
   local dir
   dir="$(go_info "$1" "$2" | jq -r .Dir)"
   rm -rf "$3" && cp -r "${dir}" "$3" && chmod -R u+w "$3"
+}
+
+# new_source_file FILE WHO: write standard input to FILE, a file a patch adds to a module copy;
+# fail naming WHO if a new version of the module already has a file by that name.
+new_source_file() {
+  [[ ! -e "$1" ]] || die "$2: $1 exists upstream; update the patch"
+  cat >"$1"
 }
 
 # sed_present FILE PATTERN REPLACEMENT WHO: replace PATTERN (a sed regex without `#`) in FILE,
@@ -393,9 +398,8 @@ patch_traefik_full_duplex() {
   sed_present "${file}" '^	handler = denyOpaque(handler)$' \
     '	handler = denyOpaque(handler)\n	handler = fullDuplex(handler)' \
     "traefik ${version}: patch_traefik_full_duplex"
-  [[ ! -e "${src}/traefik/pkg/server/fullduplex_sandbox.go" ]] ||
-    die "traefik ${version}: pkg/server/fullduplex_sandbox.go exists upstream; update patch_traefik_full_duplex"
-  cat >"${src}/traefik/pkg/server/fullduplex_sandbox.go" <<'GO'
+  new_source_file "${src}/traefik/pkg/server/fullduplex_sandbox.go" \
+    "traefik ${version}: patch_traefik_full_duplex" <<'GO'
 // Added by inference-rollout's sandbox/build.sh (patch_traefik_full_duplex); not part of Traefik.
 
 package server
