@@ -46,6 +46,7 @@ from typing import Any
 import httpx
 
 from .common import read_json, sandbox_env, state_dir, write_json_atomic
+from .gateway_log import failures_between
 from .podspec import revision_of
 
 SYSTEM_PROMPT = "Reply with exactly the JSON object in the user message, and nothing else."
@@ -109,6 +110,8 @@ class LoadReport:
     latency_ms: dict[str, float]
     checks: dict[str, dict[str, int]]  # revision -> {"pass": n, "fail": n}
     results: list[RequestResult] = field(default_factory=list, repr=False)
+    #: The gateway's own account of the failures it answered (:mod:`irsandbox.gateway_log`).
+    gateway_failures: dict[str, int] = field(default_factory=dict)
 
     def share(self, revision: str) -> float:
         """Fraction of routed responses that the revision served."""
@@ -139,6 +142,8 @@ class LoadReport:
             lines.append(f"    pod {pod or '?'}: {n}")
         if self.unrouted:
             lines.append(f"  not attributed to a pod: {self.unrouted}")
+        for what, n in sorted(self.gateway_failures.items()):
+            lines.append(f"    the gateway's access log: {n} x {what}")
         for name, st in (("TTFT", self.ttft_ms), ("ITL", self.itl_ms),
                          ("latency", self.latency_ms)):
             if st.get("count"):
@@ -491,7 +496,7 @@ async def run_load(
     pool = ClientPool(concurrency, timeout)
     try:
         tasks: set[asyncio.Task[None]] = set()
-        t0 = loop.time()
+        t0, wall_start = loop.time(), time.time()
         i = 0
         while True:
             if requests is not None and i >= requests:
@@ -545,7 +550,10 @@ async def run_load(
         elapsed = loop.time() - t0
     finally:
         await pool.aclose()
-    return build_report(results, elapsed)
+    report = build_report(results, elapsed)
+    if report.failed:
+        report.gateway_failures = failures_between(host, wall_start, time.time())
+    return report
 
 
 # --- CLI -------------------------------------------------------------------------------------

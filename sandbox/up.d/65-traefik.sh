@@ -24,6 +24,8 @@ else
   # Flags (Traefik's static configuration): no version check or usage report (no internet here);
   # services labelled in the metrics, so a canary's backend has series of its own; its API (the
   # running configuration: a weight Traefik serves, not one it was told) on the loopback metrics port.
+  # An access log of the answers 500-599 only (a line per failed request, JSON, naming the backend
+  # address Traefik chose): what a test attaches when a burst fails (irsandbox.gateway_log).
   start_process traefik env KUBECONFIG="${IR_STATE}/kubeconfigs/traefik.kubeconfig" "${traefik}" \
     --global.checkNewVersion=false --global.sendAnonymousUsage=false \
     --entryPoints.web.address="${IR_HOST}:${TRAEFIK_PORT}" \
@@ -34,6 +36,8 @@ else
     --providers.kubernetesgateway=true \
     --providers.kubernetesgateway.statusAddress.ip="${IR_HOST}" \
     --providers.kubernetesgateway.throttleDuration=0s \
+    --accesslog=true --accesslog.format=json --accesslog.filters.statuscodes=500-599 \
+    --accesslog.filepath="${IR_LOGS}/traefik-access.log" \
     --log.level="${IR_TRAEFIK_LOG_LEVEL:-INFO}"
   wait_for "traefik ping on ${IR_HOST}:${TRAEFIK_METRICS_PORT}" 60 "${IR_LOGS}/traefik.log" \
     curl -sf --max-time 1 "http://${IR_HOST}:${TRAEFIK_METRICS_PORT}/ping"
