@@ -842,7 +842,8 @@ def _advance(run: _Run) -> bool:
     if st.paused_reason == r.MANUAL_STEP:
         st.paused_reason = None
     run.event("Normal", r.STEP_COMPLETE,
-              r.STEP_COMPLETE_MSG.format(step=st.current_step + 1, steps=steps))
+              r.STEP_COMPLETE_MSG.format(step=st.current_step + 1, steps=steps,
+                                         canary=st.canary_revision))
     if st.current_step + 1 >= steps:
         _promote(run)
         return False
