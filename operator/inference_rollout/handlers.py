@@ -38,6 +38,7 @@ from .notify.delivery import Notifier, Settings
 from .paths import rollout_path
 from .reconciler import (
     EXPECTED_ERRORS,
+    DeletionHeld,
     Deps,
     fail_safe,
     last_drill,
@@ -341,6 +342,8 @@ async def on_delete(body: kopf.Body, **_: Any) -> None:
     assert deps is not None
     try:
         await release_before_deletion(deps, dict(body))
+    except DeletionHeld as e:
+        raise kopf.TemporaryError(str(e), delay=max(1.0, e.seconds)) from e
     except EXPECTED_ERRORS as e:
         raise kopf.TemporaryError(f"returning traffic to stable: {e}", delay=2) from e
     except Exception as e:  # a finalizer must not hold on a bug

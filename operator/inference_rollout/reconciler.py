@@ -292,6 +292,8 @@ async def _reconcile(deps: Deps, body: dict[str, Any]) -> float:
         operator_metrics.REGISTRY.observe("inference_rollout_decision_to_write_seconds",
                                    time.monotonic() - decided_at)
     _export(ns, name, decision, measurements, evaluation is not None)
+    if deleting and decision.deletion_hold > 0:
+        raise DeletionHeld(decision.deletion_hold, decision.status.old_revisions)
     # 0 is a real answer ("look again now": e.g. measure right after a weight change).
     return IDLE_SECONDS if decision.requeue_after is None else decision.requeue_after
 
@@ -408,9 +410,21 @@ async def fail_safe(deps: Deps, body: dict[str, Any], error: BaseException) -> b
     return True
 
 
+class DeletionHeld(Exception):
+    """The deleted rollout must stay ``seconds`` more: a revision that left the route is still
+    draining (the gateway may send to it until then), and collecting it would fail those
+    requests.  Not an error: the finalizer is retried after ``seconds``."""
+
+    def __init__(self, seconds: float, draining: dict[str, str]) -> None:
+        super().__init__(f"revisions {', '.join(sorted(draining))} drain until "
+                         f"{max(draining.values())} ({seconds:.0f}s) before the rollout goes")
+        self.seconds = seconds
+
+
 async def release_before_deletion(deps: Deps, body: dict[str, Any]) -> None:
     """The delete handler's work (also the deletion watchdog's): all traffic to stable, and with
-    a user-owned route the stable's objects orphaned.  Raises when it must be retried."""
+    a user-owned route the stable's objects orphaned.  Raises when it must be retried:
+    :class:`DeletionHeld` while a revision drains."""
     meta = body["metadata"]
     try:
         await reconcile(deps, body)

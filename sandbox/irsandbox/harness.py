@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -158,6 +159,40 @@ class BackgroundLoad:
                 self.proc.wait(10)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
+
+
+class TrafficWatch:
+    """Requests through the gateway at ``rate`` per second from a thread of this process, from
+    :meth:`start` to :meth:`stop`, every answer kept: what users saw *throughout* an action
+    (a deletion, a kill), where a burst afterwards sees only the state it ends in."""
+
+    def __init__(self, env: dict[str, str], host: str, rate: float = 40) -> None:
+        self.url, self.host, self.rate = env["GATEWAY_URL"], host, rate
+        self.report: LoadReport | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"traffic-{host}", daemon=True)
+
+    def _run(self) -> None:
+        async def go() -> LoadReport:
+            self._loop, self._stop = asyncio.get_running_loop(), asyncio.Event()
+            self._ready.set()
+            return await run_load(self.url, model=SIM_MODEL, host=self.host, rate=self.rate,
+                                  stop=self._stop, concurrency=64, max_tokens=4, timeout=10)
+        self.report = asyncio.run(go())
+
+    def start(self) -> TrafficWatch:
+        self._thread.start()
+        self._ready.wait(10)
+        return self
+
+    def stop(self) -> LoadReport:
+        if self._loop is not None and self._stop is not None:
+            self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(30)
+        assert self.report is not None, "the traffic watch did not finish"
+        return self.report
 
 
 def measure_shares(env: dict[str, str], host: str, requests: int = 400) -> LoadReport:

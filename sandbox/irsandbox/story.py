@@ -13,6 +13,7 @@ rollout's status and the operator's log.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import time
 import uuid
@@ -21,7 +22,14 @@ from typing import Any
 
 from .cluster import Cluster
 from .common import wait_for
-from .harness import BackgroundLoad, OperatorProcess, measure_shares, settle_on, summary_line
+from .harness import (
+    BackgroundLoad,
+    OperatorProcess,
+    TrafficWatch,
+    measure_shares,
+    settle_on,
+    summary_line,
+)
 from .loadgen import LoadReport
 from .manifests import httproute, sandbox_rollout, with_template
 
@@ -224,6 +232,16 @@ class Then:
     def traffic(self, requests: int = 400) -> LoadReport:
         """A burst through the gateway: which revision served each response."""
         return measure_shares(self.story.env, self.story.release.host, requests)
+
+    @contextlib.contextmanager
+    def traffic_throughout(self, rate: float = 40) -> Iterator[TrafficWatch]:
+        """Requests at ``rate``/s for as long as the block runs; ``.report`` after it: what
+        users saw during the block's action, every answer counted."""
+        watch = TrafficWatch(self.story.env, self.story.release.host, rate).start()
+        try:
+            yield watch
+        finally:
+            watch.stop()
 
     def traffic_near(self, revision: str, weight: int, timeout: float = 10) -> LoadReport:
         """The gateway follows the route a moment after the API server holds it: wait for a

@@ -8,11 +8,13 @@ Each test reads as Given / When / Then.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
+from inference_rollout.api import LABEL_REVISION
 from irsandbox.cluster import TRAEFIK_CONTROLLER, Cluster
 from irsandbox.common import wait_for
 from irsandbox.harness import OperatorProcess
@@ -123,16 +125,30 @@ def test_deletion_mid_release_returns_traffic_to_stable(
                               steps=[{"weight": 20, "pause": "10m"}, {"weight": 100}])
     manifest["spec"]["traffic"] = {"gatewayAPI": {"httpRouteRef": {"name": "del"}}}
     manifest["spec"]["analysis"] = {"interval": "5s"}
+    manifest["spec"]["strategy"]["abortScaleDownDelay"] = "10s"
     v1 = given.rollout(manifest=manifest)
     when.template_changes(version="v2")
-    then.weight_reaches(20, 60)
-    # When the InferenceRollout is deleted
-    when.deleted()
-    # Then the route sends everything to stable, which keeps serving (orphaned, not collected)
-    wait_for(lambda: story.release.route() == {v1: 100}, 30, "route back to stable",
-             interval=0.5, tolerate=())
-    wait_for(lambda: not story.cluster.rollouts(story.ns), 30, "rollout gone", interval=0.5,
-             tolerate=())
+    st = then.weight_reaches(20, 60)
+    v2 = st["canaryRevision"]
+    # When the InferenceRollout is deleted, with users' requests flowing all along
+    with then.traffic_throughout(rate=40) as during:
+        time.sleep(1)
+        when.deleted()
+        # Then the route sends everything to stable, which keeps serving (orphaned, not
+        # collected), and the canary's pods go only after the gateway stopped sending to them
+        wait_for(lambda: story.release.route() == {v1: 100}, 30, "route back to stable",
+                 interval=0.5, tolerate=())
+        deleted_at = time.monotonic()
+        # the canary drains: its pods serve on while the gateway follows the route
+        assert story.cluster.pods(story.ns, f"{LABEL_REVISION}={v2}")
+        wait_for(lambda: not story.cluster.rollouts(story.ns), 60, "rollout gone",
+                 interval=0.5, tolerate=())
+        assert time.monotonic() - deleted_at > 7, "the rollout went before the canary drained"
+        wait_for(lambda: not story.cluster.pods(story.ns, f"{LABEL_REVISION}={v2}"), 60,
+                 "the canary's pods gone", interval=0.5, tolerate=())
+        time.sleep(2)
+    assert during.report is not None
+    assert during.report.failed == 0, during.report.summary()
     assert f"del-{v1}" in story.cluster.deployments(story.ns)
     then.settles_on(v1)
     shares = then.traffic(100)

@@ -742,10 +742,27 @@ def test_deletion_returns_traffic_to_stable() -> None:
     assert events(d) == [r.DELETING]
     assert sim.world.route is not None
     assert sim.world.route[old] == 100 and sim.world.route.get(new, 0) == 0
+    # The canary's pods stay abortScaleDownDelay (30s) for the gateway to follow the route:
+    # the rollout, and so its revisions, is held that long.
+    assert new in d.status.old_revisions and d.deletion_hold == 30
+    sim.advance(10)
     d = sim.reconcile(deleting=True)
     # Idempotent, so the finalizer can be retried: only the stable's orphaning (the user's route
     # keeps pointing at it; a merge patch that changes nothing the second time) is repeated.
     assert d.actions == (OrphanRevision(old),)
+    assert d.deletion_hold == 20
+    sim.advance(20)
+    d = sim.reconcile(deleting=True)
+    assert d.deletion_hold == 0 and d.actions == (OrphanRevision(old),)
+
+
+def test_deletion_with_an_owned_route_is_not_held() -> None:
+    """The route goes with the rollout: nothing is left to send the canary anything."""
+    sim, _old, new = in_release(traffic={"gatewayAPI": {"parentRefs": [{"name": "gw"}]}},
+                                strategy=steps((50, "1h"), 100))
+    sim.run_until(at_step(0, 50))
+    d = sim.reconcile(deleting=True)
+    assert new in d.status.old_revisions and d.deletion_hold == 0
 
 
 def test_deletion_at_stable_keeps_the_route() -> None:

@@ -31,7 +31,7 @@ from inference_rollout.handlers import (
 )
 from inference_rollout.kube import KubeError
 from inference_rollout.paths import ns_path, rollout_path
-from inference_rollout.reconciler import Deps
+from inference_rollout.reconciler import DeletionHeld, Deps
 
 NS, NAME = "prod", "chat"
 ROLLOUT = rollout_path(NS, NAME)
@@ -117,6 +117,22 @@ def test_an_unexpected_error_runs_the_fail_safe_and_doubles_its_backoff(world: A
     assert len(failed) == 1 and failed[0].message == "RuntimeError: a bug"
     Runtime.failures[(NS, NAME)] = 20
     assert once(deps) == handlers.MAX_FAILURE_BACKOFF_SECONDS
+
+
+def test_the_delete_handler_keeps_a_draining_rollout_until_it_drained(
+        world: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A revision still draining is no error: kopf keeps the finalizer and comes back when the
+    drain ends (not at its error backoff)."""
+    _, deps, _ = world
+
+    async def draining(_deps: Deps, _body: dict[str, Any]) -> None:
+        raise DeletionHeld(12.5, {"09c054e966": "2026-12-01T12:01:30.000Z"})
+
+    monkeypatch.setattr(handlers, "release_before_deletion", draining)
+    monkeypatch.setattr(Runtime, "deps", deps)
+    with pytest.raises(kopf.TemporaryError, match="revisions 09c054e966 drain until") as held:
+        asyncio.run(on_delete(body=kbody({"metadata": {"namespace": NS, "name": NAME}})))
+    assert held.value.delay == 12.5
 
 
 def test_the_delete_handler_asks_kopf_to_retry_an_expected_error(world: Any) -> None:

@@ -27,6 +27,7 @@ from inference_rollout.metrics.tenancy import NamespaceConfined
 from inference_rollout.paths import ns_path, rollout_path
 from inference_rollout.reconciler import (
     NAMESPACE_TERMINATING,
+    DeletionHeld,
     Deps,
     StatusConflict,
     _evaluate,
@@ -248,9 +249,17 @@ def test_deletion_in_a_terminating_namespace_holds_nothing_other_errors_are_retr
 
 def test_deleting_moves_traffic_to_stable_and_a_missing_route_is_not_an_error() -> None:
     c = canary_at(5)
-    stable = c.status["stableRevision"]
+    stable, canary = c.status["stableRevision"], c.status["canaryRevision"]
     c.kube.objects[ROLLOUT]["metadata"]["deletionTimestamp"] = "2026-12-01T13:00:00Z"
-    asyncio.run(release_before_deletion(c.deps, c.body))
+    # The canary left the route; the rollout (so its pods) stays while the gateway follows.
+    with pytest.raises(DeletionHeld, match=f"revisions {canary} drain") as held:
+        asyncio.run(release_before_deletion(c.deps, c.body))
+    assert held.value.seconds == 30
+    assert c.weights()[f"{NAME}-{stable}"] == 100
+    assert c.status["oldRevisions"] == {canary: "2026-12-01T12:01:30.000Z"}
+    assert f"{DEPLOYMENTS}/{NAME}-{canary}" in c.kube.objects
+    c.now += timedelta(seconds=30)
+    asyncio.run(release_before_deletion(c.deps, c.body))  # drained: the finalizer may go
     assert c.weights()[f"{NAME}-{stable}"] == 100
     del c.kube.objects[ROUTE]
     asyncio.run(release_before_deletion(c.deps, c.body))  # nothing to return: no error

@@ -179,4 +179,5 @@ RECONCILED_MSG = "the last reconcile succeeded"
 
 # Deletion
 DELETING = "Deleting"
-DELETING_MSG = "rollout deleted: all traffic returned to stable {stable}"
+DELETING_MSG = ("rollout deleted: all traffic returned to stable {stable}; the canary's pods "
+                "stay {delay} while the gateway follows the route")

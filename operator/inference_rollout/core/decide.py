@@ -155,7 +155,8 @@ def decide(
     apply_conditions(spec, st, world, now)
     requeue = min([*run.wakeups, IDLE_SECONDS])
     return Decision(actions=tuple(run.actions), status=st, requeue_after=requeue,
-                    rolled_back=run.rolled_back[0] if run.rolled_back else None)
+                    rolled_back=run.rolled_back[0] if run.rolled_back else None,
+                    deletion_hold=_deletion_hold(run) if world.deleting else 0.0)
 
 
 # --- the paths ----------------------------------------------------------------------------------
@@ -165,17 +166,39 @@ def _on_delete(run: _Run) -> None:
     """All traffic to stable, and the canary off the route (its Service is about to be
     garbage-collected with the rollout).  With a user-owned route the stable's objects are then
     orphaned, so the route keeps a live backend.  A route that is gone (a GitOps prune that took
-    it first) carries no traffic to protect: nothing is written and nothing orphaned."""
+    it first) carries no traffic to protect: nothing is written and nothing orphaned.
+
+    The canary leaves like an aborted one: its pods are kept ``abortScaleDownDelay`` after it
+    left the route (``oldRevisions``), because a gateway applies a route change a moment after
+    the API server holds it and sends the canary its share until then; collected at once, those
+    requests would fail (502s from Traefik in the sandbox).  :func:`_deletion_hold` keeps the
+    rollout, and so its revisions, until then."""
     st = run.status
     if run.world.route is None:
         return
     if st.stable_revision and st.canary_revision:
+        delay = run.spec.strategy.abort_scale_down_delay_seconds
+        st.old_revisions[st.canary_revision] = to_iso(run.now + timedelta(seconds=delay))
         st.canary_weight, st.canary_revision, st.current_step = 0, None, None
-        run.event("Normal", r.DELETING, r.DELETING_MSG.format(stable=st.stable_revision))
+        run.event("Normal", r.DELETING, r.DELETING_MSG.format(
+            stable=st.stable_revision, delay=run.spec.strategy.abort_scale_down_delay))
     if st.stable_revision:
         _reconcile_route(run)
         if run.spec.traffic.gateway_api.http_route_ref is not None:
             run.actions.append(OrphanRevision(st.stable_revision))
+
+
+def _deletion_hold(run: _Run) -> float:
+    """Seconds the deleted rollout must stay: until every revision that left the route is past
+    its scale-down time, so no pod a gateway may still send to is collected.  Only where the
+    route outlives the rollout (a user-owned ``httpRouteRef``): an owned route is collected
+    with the revisions, and the host's traffic ends with it, as the deletion asked."""
+    if run.world.route is None or run.spec.traffic.gateway_api.http_route_ref is None:
+        return 0.0
+    dues = [from_iso(due) for rev, due in run.status.old_revisions.items()
+            if rev in run.world.revisions]
+    waits = [(due - run.now).total_seconds() for due in dues if due is not None]
+    return max([0.0, *waits])
 
 
 def _record_drill(run: _Run) -> None:

@@ -218,3 +218,6 @@ class Decision:
     status: InferenceRolloutStatus
     requeue_after: float | None
     rolled_back: str | None = None
+    #: Deleting: seconds before the rollout may go (its finalizer removed, its revisions
+    #: garbage-collected). Above 0 while a revision that carried traffic is still draining.
+    deletion_hold: float = 0.0
