@@ -59,6 +59,20 @@ class Condition(StatusModel):
     observed_generation: int | None = None
 
 
+#: Restart points of the late-breakage detector kept per metric (core/sequential.py).
+KEPT_RESTARTS = 4
+
+
+class RestartPoint(StatusModel):
+    """The step's counts at one earlier look: the sequential test also weighs the evidence
+    since then (a canary that breaks late, core/sequential.py)."""
+
+    index: int = Field(ge=1, description="The look's number in the step (1: the first that "
+                                         "counted requests).")
+    requests: float = Field(ge=0)
+    bad_requests: float = Field(ge=0)
+
+
 class MetricResult(StatusModel):
     """The latest measurement of one metric and its running counters."""
 
@@ -82,6 +96,11 @@ class MetricResult(StatusModel):
         None, description="More canary requests, none bad, that a Pass still needs.")
     request_rate: float | None = Field(
         None, description="Canary requests per second over the evidence period.")
+    restarts: list[RestartPoint] = Field(
+        default_factory=list, max_length=KEPT_RESTARTS,
+        description="The latest looks the sequential test restarts from (late breakage).")
+    restart_step: str | None = Field(
+        None, description="The step the restarts belong to (its stepStartedAt).")
 
 
 class EvaluationResult(StatusModel):

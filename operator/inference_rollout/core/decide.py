@@ -404,7 +404,8 @@ def _analyse(run: _Run) -> bool:
         before = st.analysis.get(metric.name)
         after = an.record(metric, before, m, run.now, rates,
                           vanished=_series_vanished(run, before, m),
-                          unscraped=_not_scraped_yet(run, metric, before))
+                          unscraped=_not_scraped_yet(run, metric, before),
+                          step=st.step_started_at)
         st.analysis[metric.name] = after
         if before is None or before.verdict != after.verdict:
             shown = "n/a" if after.value is None else f"{after.value:.4g}"

@@ -24,6 +24,24 @@ bad needed 5 of them (ln 5 each against ln(1/α) ≈ 7.1); the gross alternative
 and 95 (at p0 = 1%), so it fails at its 2nd bad request (3rd at p0 = 5%), while a canary just over
 5·p0 needs about ln 2 / ln 5 ≈ 0.4 of a bad request more than before (its component weighs ½).
 
+**Late breakage: the same test restarted at every look** (issue 30, item 2).  The whole-step
+test weighs all the step's requests: a canary that turns bad after 10,000 good ones needs about
+250 bad ones before those outweigh the good (each good request multiplies the evidence by
+0.96).  So the fail side's statistic is itself a mixture over *where the evidence starts*:
+``E = w₀·M(step) + Σⱼ wⱼ·M(since look j)``, one component per earlier look ``j`` of the step,
+with ``w₀ = 1 - RESTART_BUDGET`` and ``wⱼ = RESTART_BUDGET / (j·(j+1))`` (their sum is 1).
+Before look ``j`` its component is the constant ``wⱼ``; from then on, a mixture LR started at
+1.  Each component is a nonnegative supermartingale under the null, so ``E`` is one starting at
+1 and Ville's bound holds for ``E ≥ 1/α`` with the same ``α``, however many looks (no union
+bound, no split of ``α``).  Components dropped from the status only make ``E`` smaller, so the
+bound holds for what is computed whichever are dropped: the status keeps the few
+(``api.status.KEPT_RESTARTS``) whose components are largest now (a new look's always enters:
+nothing since it yet, so nothing against it; the look just before a breakage stays, as the bad
+requests raise it).  The
+price: the whole-step component weighs ``w₀`` (ln 1/0.995 ≈ 0.005 nats), a restart at look ``j``
+``ln(j(j+1)/RESTART_BUDGET)`` nats (≈ 16 at the 100th look), which the gross alternatives pay
+with 3–5 bad requests when the good ones since that look are few.
+
 ``α`` per test: the spec's ``falseRollbackRate`` divided by (metrics × steps) (Bonferroni: each
 step restarts every metric's test, any one can roll back).  ``β`` per test: ``falseRollbackRate``
 (a bad canary must pass at every step, and its failure side is tested too).
@@ -47,7 +65,25 @@ RELATIVE_ALTERNATIVE_FACTOR = 2.0
 #: The share of requests a p99 lets exceed its limit.
 P99_EXCEEDANCE = 0.01
 #: Rounding tolerance for counts that are integers up to float noise (2.9999999 is 3).
-_SLACK = 1e-6
+SLACK = 1e-6
+#: The weight the restarts at later looks share (module doc: late breakage); small, so that a
+#: canary failing from its first requests is still failed at its 2nd or 3rd.
+RESTART_BUDGET = 0.005
+
+
+@dataclass(frozen=True)
+class Restart:
+    """The step's cumulative counts at look ``index`` (1 = the first look that counted any
+    request): the evidence since then is ``now - these``."""
+
+    index: int
+    requests: float
+    sure_bad: float
+
+
+def restart_weight(index: int) -> float:
+    """``wⱼ = RESTART_BUDGET / (j·(j+1))``: summed over every j ≥ 1, ``RESTART_BUDGET``."""
+    return RESTART_BUDGET / (index * (index + 1))
 
 
 @dataclass(frozen=True)
@@ -70,8 +106,11 @@ class Outcome:
     verdict: Literal["Pass", "Fail", "Inconclusive"]
     requests: int  # counted (rounded as for the verdict shown)
     bad: int  # bad among them: surely bad for Fail, possibly bad otherwise
-    p_value: float  # anytime-valid p of "the limit holds" (1 / M, the fail side, at most 1)
+    p_value: float  # anytime-valid p of "the limit holds" (1 / E, the fail side, at most 1)
     more_requests: int  # further requests, none bad, that passing needs (0 once decided)
+    #: A Fail carried by the evidence since a later look (its index), not the whole step's:
+    #: ``requests`` and ``bad`` are then those since that look.
+    since_look: int | None = None
 
 
 def alternative(p0: float) -> float:
@@ -94,7 +133,11 @@ def log_mixture_lr(bad: int, n: int, p0: float) -> float:
     p1 = alternative(p0)
     gross = [(p, w) for p, w in GROSS_ALTERNATIVES if max(p0, p1) < p < 1]
     terms = [(1.0 - sum(w for _, w in gross), p1), *((w, p) for p, w in gross)]
-    logs = [math.log(w) + log_lr(bad, n, p0, p) for w, p in terms]
+    return _log_sum([math.log(w) + log_lr(bad, n, p0, p) for w, p in terms])
+
+
+def _log_sum(logs: list[float]) -> float:
+    """ln Σ exp(x), without overflow."""
     top = max(logs)
     return top + math.log(sum(math.exp(x - top) for x in logs))
 
@@ -105,27 +148,47 @@ def _p_value(log_lr_bad: float) -> float:
 
 
 def _down(x: float) -> int:
-    return max(0, math.floor(x + _SLACK))
+    return max(0, math.floor(x + SLACK))
 
 
 def _up(x: float) -> int:
-    return max(0, math.ceil(x - _SLACK))
+    return max(0, math.ceil(x - SLACK))
+
+
+def _fail_counts(requests: float, sure_bad: float) -> tuple[int, int]:
+    """(requests, bad) rounded against failing: bad down, requests up."""
+    bad = _down(sure_bad)
+    return max(_up(requests), bad), bad
+
+
+def restart_evidence(restart: Restart, requests: float, sure_bad: float, p0: float) -> float:
+    """ln of the restart's component ``wⱼ·M(since look j)`` at these step counts."""
+    n, bad = _fail_counts(requests - restart.requests, sure_bad - restart.sure_bad)
+    return math.log(restart_weight(restart.index)) + log_mixture_lr(bad, n, p0)
 
 
 def bernoulli(requests: float, sure_bad: float, possible_bad: float, p0: float,
-              rates: ErrorRates) -> Outcome:
+              rates: ErrorRates, restarts: tuple[Restart, ...] = ()) -> Outcome:
     """Test "at most ``p0`` of requests are bad" on the counts so far.
 
     ``sure_bad`` counts requests surely bad (it may undercount), ``possible_bad`` every request
     possibly bad (it may overcount): failing uses the first, passing the second, so neither
     side's guarantee depends on where the limit sits between two histogram buckets.
+    ``restarts``: the step's counts at earlier looks; the fail side weighs the evidence since
+    each of them too (module doc: late breakage).
     """
     p1 = alternative(p0)
-    fail_bad = _down(sure_bad)
-    fail_n = max(_up(requests), fail_bad)
-    evidence_bad = log_mixture_lr(fail_bad, fail_n, p0)
+    fail_n, fail_bad = _fail_counts(requests, sure_bad)
+    whole = math.log(1 - RESTART_BUDGET) + log_mixture_lr(fail_bad, fail_n, p0)
+    parts = [restart_evidence(r, requests, sure_bad, p0) for r in restarts]
+    evidence_bad = _log_sum([whole, *parts])
     p_value = _p_value(evidence_bad)
     if evidence_bad >= math.log(1 / rates.alpha):
+        best = max(range(len(parts)), key=parts.__getitem__, default=None)
+        if best is not None and parts[best] > whole:
+            r = restarts[best]
+            n, bad = _fail_counts(requests - r.requests, sure_bad - r.sure_bad)
+            return Outcome("Fail", n, bad, p_value, 0, since_look=r.index)
         return Outcome("Fail", fail_n, fail_bad, p_value, 0)
     pass_n = _down(requests)
     pass_bad = min(_up(possible_bad), pass_n)
@@ -134,7 +197,7 @@ def bernoulli(requests: float, sure_bad: float, possible_bad: float, p0: float,
     if evidence_good >= needed:
         return Outcome("Pass", pass_n, pass_bad, p_value, 0)
     per_good_request = math.log((1 - p0) / (1 - p1))
-    more = math.ceil((needed - evidence_good) / per_good_request - _SLACK)
+    more = math.ceil((needed - evidence_good) / per_good_request - SLACK)
     return Outcome("Inconclusive", pass_n, pass_bad, p_value, more)
 
 

@@ -18,7 +18,7 @@ from datetime import datetime
 from ..api.duration import format_duration
 from ..api.effective import effective_metrics, slo_metrics
 from ..api.spec import ERROR_RATE_TEMPLATES, AnalysisSpec, MetricSpec
-from ..api.status import MetricResult, Verdict
+from ..api.status import KEPT_RESTARTS, MetricResult, RestartPoint, Verdict
 from . import sequential as sq
 from .timeutil import to_iso
 from .types import Measurement, MeasurementError
@@ -68,28 +68,34 @@ class Judgement:
     why: str
     test: sq.Outcome | None = None  # the sequential test behind the verdict, if one ran
     test_text: str | None = None
+    #: The step's (requests, surely bad) that test counted, and its p0: where a later look
+    #: restarts from.
+    counts: tuple[float, float, float] | None = None
 
 
-def judge(metric: MetricSpec, m: Measurement, rates: sq.ErrorRates | None = None) -> Judgement:
+def judge(metric: MetricSpec, m: Measurement, rates: sq.ErrorRates | None = None,
+          restarts: tuple[sq.Restart, ...] = ()) -> Judgement:
     """The verdict of one measurement against one metric's thresholds.
 
     With ``rates`` (the Sequential rule) and evidence counted, the ``max`` of a latency or
     error-rate template is decided by a sequential test (:mod:`.sequential`); every other
     threshold by comparing the point estimate over the same period.  The verdict is Fail if any
-    part fails, Pass if all pass, else Inconclusive.
+    part fails, Pass if all pass, else Inconclusive.  ``restarts``: the step's earlier looks the
+    sequential test also counts from (late breakage).
     """
     if m.error is not None and m.error is not MeasurementError.TOO_FEW_SAMPLES:
         return Judgement("Error", f"{m.error.value} {m.detail}".strip())
-    seq = _sequential(metric, m, rates) if rates is not None else None
+    seq = _sequential(metric, m, rates, restarts) if rates is not None else None
     if seq is not None and seq.covers_all:
-        return Judgement(seq.outcome.verdict, seq.text, seq.outcome, seq.text)
+        return Judgement(seq.outcome.verdict, seq.text, seq.outcome, seq.text, seq.counts)
     point = _point(metric, m, skip_max=seq is not None and seq.covers_max)
     if seq is None:
         return point
     parts = [point, Judgement(seq.outcome.verdict, seq.text)]
     verdict: Verdict = ("Fail" if any(p.verdict == "Fail" for p in parts) else
                         "Pass" if all(p.verdict == "Pass" for p in parts) else "Inconclusive")
-    return Judgement(verdict, "; ".join(p.why for p in parts), seq.outcome, seq.text)
+    return Judgement(verdict, "; ".join(p.why for p in parts), seq.outcome, seq.text,
+                     seq.counts)
 
 
 def _point(metric: MetricSpec, m: Measurement, skip_max: bool = False) -> Judgement:
@@ -132,9 +138,11 @@ class _Sequential:
     text: str
     covers_max: bool  # the test decides the metric's ``max``
     covers_all: bool  # … and the metric has no other threshold
+    counts: tuple[float, float, float] | None = None  # (requests, surely bad, p0): restartable
 
 
-def _sequential(metric: MetricSpec, m: Measurement, rates: sq.ErrorRates) -> _Sequential | None:
+def _sequential(metric: MetricSpec, m: Measurement, rates: sq.ErrorRates,
+                restarts: tuple[sq.Restart, ...] = ()) -> _Sequential | None:
     """The sequential test for this metric's counts, or None when it has none."""
     ev = m.evidence
     if ev is None or metric.template is None:
@@ -142,15 +150,17 @@ def _sequential(metric: MetricSpec, m: Measurement, rates: sq.ErrorRates) -> _Se
     others = metric.min is not None or metric.min_ratio_to_stable is not None
     if metric.template in LATENCY_TEMPLATES and ev.buckets and metric.max is not None:
         requests, sure, possible = sq.exceedances(ev.buckets, metric.max)
-        o = sq.bernoulli(requests, sure, possible, sq.P99_EXCEEDANCE, rates)
+        o = sq.bernoulli(requests, sure, possible, sq.P99_EXCEEDANCE, rates, restarts)
         what = f"over {metric.max:g} s"
-        return _Sequential(o, _test_text(o, what), True, not others and not metric.is_relative())
+        return _Sequential(o, _test_text(o, what), True, not others and not metric.is_relative(),
+                           (requests, sure, sq.P99_EXCEEDANCE))
     if metric.template not in ERROR_RATE_TEMPLATES or ev.requests is None or ev.errors is None:
         return None
     if metric.max is not None and sq.testable(metric.max):
-        o = sq.bernoulli(ev.requests, ev.errors, ev.errors, metric.max, rates)
+        o = sq.bernoulli(ev.requests, ev.errors, ev.errors, metric.max, rates, restarts)
         return _Sequential(o, _test_text(o, "failed"), True,
-                           not others and not metric.is_relative())
+                           not others and not metric.is_relative(),
+                           (ev.requests, ev.errors, metric.max))
     if (metric.max_ratio_to_stable is not None and ev.stable_requests is not None
             and ev.stable_errors is not None):
         o = sq.two_sample(ev.requests, ev.errors, ev.stable_requests, ev.stable_errors,
@@ -165,6 +175,8 @@ def _test_text(o: sq.Outcome, what: str) -> str:
     requests to pass)``."""
     counted = f"{o.bad}/{o.requests} {what}" if o.verdict == "Fail" else (
         f"≤ {o.bad}/{o.requests} {what}")
+    if o.since_look is not None:
+        counted += f" since look {o.since_look} of the step"
     tail = f" (≥ {o.more_requests} more requests to pass)" if o.more_requests else ""
     return f"{counted}, {sq.describe_p(o.p_value)}: {o.verdict}{tail}"
 
@@ -172,19 +184,23 @@ def _test_text(o: sq.Outcome, what: str) -> str:
 def record(
     metric: MetricSpec, previous: MetricResult | None, m: Measurement, now: datetime,
     rates: sq.ErrorRates | None = None, *, vanished: bool = False, unscraped: str = "",
+    step: str | None = None,
 ) -> MetricResult:
     """The metric's new status entry: the latest values and verdict, and updated counters.
     ``vanished``: the canary's series were measured in this step and are gone although its
     Ready pods still carry traffic, which counts as failing (DESIGN §4), not as an error.
     ``unscraped``: why no series yet is expected (:func:`collecting`): Inconclusive, not an
-    error that counts toward ``consecutiveErrorLimit``."""
+    error that counts toward ``consecutiveErrorLimit``.  ``step``: the step the evidence counts
+    from (its ``stepStartedAt``); the restart points belong to it and no other."""
+    prev = previous or MetricResult()
+    kept = prev.restarts if step is not None and prev.restart_step == step else []
     if vanished:
         j = Judgement("Fail", VANISHED, None, VANISHED)
     elif unscraped and m.error is MeasurementError.NO_DATA:
         j = Judgement("Inconclusive", unscraped)
     else:
-        j = judge(metric, m, rates)
-    prev = previous or MetricResult()
+        j = judge(metric, m, rates, tuple(sq.Restart(r.index, r.requests, r.bad_requests)
+                                          for r in kept))
     ev = m.evidence
     counted = None if ev is None else ev.buckets[-1][1] if ev.buckets else ev.requests
     rate = (counted / ev.period_s if j.test is not None and ev is not None and counted is not None
@@ -205,7 +221,30 @@ def record(
         test=j.test_text,
         requests_to_verdict=None if j.test is None else j.test.more_requests,
         request_rate=None if rate is None else round(rate, 4),
+        restarts=_restart_here(kept, j.counts) if step is not None else [],
+        restart_step=step,
     )
+
+
+def _restart_here(kept: list[RestartPoint], counts: tuple[float, float, float] | None
+                  ) -> list[RestartPoint]:
+    """The restart points after this look: this look's counts become the next one when
+    requests arrived since the last (a restart with nothing new would spend weight on the same
+    evidence twice). Of those, the :data:`KEPT_RESTARTS` whose components weigh most now are
+    kept (any choice keeps the error bound: sequential.py), in the order of the looks."""
+    last = max(kept, key=lambda r: r.index, default=None)
+    if counts is None or counts[0] <= (last.requests if last else 0.0) + sq.SLACK:
+        return kept
+    requests, sure, p0 = counts
+    here = RestartPoint(index=last.index + 1 if last else 1, requests=requests,
+                        bad_requests=sure)
+
+    def weight_now(r: RestartPoint) -> float:
+        return sq.restart_evidence(sq.Restart(r.index, r.requests, r.bad_requests),
+                                   requests, sure, p0)
+
+    heaviest = sorted([*kept, here], key=weight_now, reverse=True)[:KEPT_RESTARTS]
+    return sorted(heaviest, key=lambda r: r.index)
 
 
 def rates_for(analysis: AnalysisSpec, steps: int) -> sq.ErrorRates | None:
