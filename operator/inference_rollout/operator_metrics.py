@@ -13,6 +13,9 @@ kept), label escaping, histogram buckets.  Callers name a metric and its labels 
 * ``inference_rollout_rollbacks_total{namespace,name,reason}``
 * ``inference_rollout_evaluation_runs_total{namespace,name,verdict}`` and
   ``inference_rollout_evaluation_score{namespace,name,revision,role}`` (the business gate)
+* ``inference_rollout_release_cost{namespace,name,revision,quantity}`` the current (or last)
+  release's ``status.releaseCost``: ``pod_seconds``, ``gpu_seconds``, ``pods_started``,
+  ``canary_requests``, ``rolled_back_requests`` (core/cost.py)
 * ``inference_rollout_decision_to_write_seconds`` histogram: a decision until its writes landed
 * ``inference_rollout_reconcile_lag_seconds`` histogram: how late a due reconcile got its slot
 * ``inference_rollout_reconcile_errors_total{kind}``
@@ -47,6 +50,7 @@ HELP = {
     "inference_rollout_rollbacks_total": "rollbacks by reason",
     "inference_rollout_evaluation_runs_total": "evaluation set runs by verdict",
     "inference_rollout_evaluation_score": "the latest evaluation score per revision role",
+    "inference_rollout_release_cost": "what the current or last release cost, by quantity",
     "inference_rollout_decision_to_write_seconds": "from a decision until its writes landed",
     "inference_rollout_reconcile_lag_seconds": "how late a due reconcile got its slot",
     "inference_rollout_reconcile_errors_total": "reconciles that failed, by error kind",

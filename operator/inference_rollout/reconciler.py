@@ -636,6 +636,15 @@ def _export(ns: str, name: str, decision: Decision,
     if decision.rolled_back:
         reg.inc("inference_rollout_rollbacks_total", namespace=ns, name=name,
                 reason=decision.rolled_back)
+    cost = st.release_cost
+    if cost is not None:
+        for quantity, amount in (("pod_seconds", cost.pod_seconds),
+                                 ("gpu_seconds", cost.gpu_seconds),
+                                 ("pods_started", cost.pods_started),
+                                 ("canary_requests", cost.canary_requests),
+                                 ("rolled_back_requests", cost.rolled_back_requests)):
+            reg.set("inference_rollout_release_cost", amount, namespace=ns, name=name,
+                    revision=cost.revision, quantity=quantity)
 
 
 __all__ = ["EXPECTED_ERRORS", "Deps", "StatusConflict", "fail_safe", "fenced", "reconcile",

@@ -60,3 +60,14 @@ def test_a_plot_title_is_never_math_text() -> None:
 
     svg = _svg(lambda ax: ax.set_title("events; Prometheus http://p/$x_$ failed: $\\frac$"))
     assert svg.startswith("<svg")
+
+
+def test_get_shows_what_the_release_cost() -> None:
+    body = {"metadata": {"namespace": "prod", "name": "chat"}, "status": {"releaseCost": {
+        "revision": "09c054e966", "startedAt": "2026-12-06T12:00:00Z", "outcome": "RolledBack",
+        "decidedAfter": 140.0, "stepsReachedAfter": [12.0, 75.0], "podSeconds": 203.4,
+        "gpuSeconds": 813.6, "podsStarted": 2, "canaryRequests": 1204.0,
+        "rolledBackRequests": 1204.0}}}
+    assert render_rollout(body).splitlines()[-1] == (
+        "Cost:      09c054e966 RolledBack after 2m20s: 203 pod-s (814 GPU-s) beyond steady "
+        "state, 2 pods started, 1204 canary requests (1204 rolled back); steps at 12s, 1m15s")

@@ -6,6 +6,7 @@ and checks the actions and the status the core produces.
 
 from __future__ import annotations
 
+import itertools
 from datetime import timedelta
 from typing import Any
 
@@ -121,7 +122,18 @@ def test_release_walks_the_steps_and_promotes_by_relabelling() -> None:
     sim.run_until(lambda s: s.stable == new, limit=600)
     assert writes(sim.decisions) == [0, 5, 20, 50, 100, 0]
     promotion = sim.last
-    assert events(promotion)[-1] == r.PROMOTED
+    assert events(promotion)[-2:] == [r.PROMOTED, r.RELEASE_COST]
+    cost = promotion.status.release_cost
+    assert cost is not None and (cost.revision, cost.outcome) == (new, "Promoted")
+    # each step's weight in force (its hold starts) a 1m hold after the one before; then the
+    # outcome (the last step, 100 %, holds nothing)
+    reached = cost.steps_reached_after
+    assert len(reached) == 4 and all(b - a >= 60 for a, b in itertools.pairwise(reached))
+    assert cost.decided_after is not None and cost.decided_after >= reached[-1]
+    assert cost.pods_started == 4  # the canary grew to the full count with its weight
+    # surge pods from the first canary pod to the promotion: at least one, at most four
+    assert cost.decided_after - 5 <= cost.pod_seconds <= 4 * cost.decided_after
+    assert cost.canary_requests == 0  # no metric counts requests here (no analysis)
     assert promotion.actions[0] == SetWeights(new, None, 0)
     assert sim.world.route == {new: 100}
     # relabelled, never copied: no Deployment is created or resized for the promotion, and the
@@ -305,8 +317,8 @@ def test_a_failed_verdict_rolls_back_in_one_write_before_any_scaling() -> None:
     assert [a for a in d.actions if isinstance(a, SetWeights)] == [SetWeights(old, new, 0)]
     assert isinstance(d.actions[0], SetWeights)
     assert sim.world.route == {old: 100, new: 0} and st.canary_weight == 0
-    assert events(d) == [r.VERDICT_CHANGED, r.ANALYSIS_FAILED]
-    assert of(d, RecordEvent)[-1].type == "Warning"
+    assert events(d) == [r.VERDICT_CHANGED, r.ANALYSIS_FAILED, r.RELEASE_COST]
+    assert of(d, RecordEvent)[1].type == "Warning"
     # the canary keeps its pods for abortScaleDownDelay, then scales to zero (kept for a retry)
     sim.verdicts = "pass"
     sim.run(44)
@@ -666,7 +678,9 @@ def test_template_change_mid_release_abandons_the_old_canary_and_starts_over() -
     sim.advance(3)
     newer = sim.release("m3")
     d = sim.reconcile()
-    assert events(d) == [r.TEMPLATE_CHANGED, r.NEW_RELEASE]
+    assert events(d) == [r.TEMPLATE_CHANGED, r.NEW_RELEASE, r.RELEASE_COST]
+    cost = d.status.release_cost
+    assert cost is not None and (cost.revision, cost.outcome) == (newer, None)  # the new one's
     assert d.actions[0] == SetWeights(old, newer, 0)
     assert len(of(d, SetWeights)) == 1
     assert sim.world.route == {old: 100, newer: 0}

@@ -116,3 +116,29 @@ def test_a_single_point_says_when_it_was_taken_and_no_data_says_so() -> None:
     assert "00:00:00" not in ticks(svg)  # the bug: one point spread over a day of midnights
     series.canary.clear()
     assert "no values recorded" in metric_plot(series, (rel.start, rel.end))
+
+
+def test_the_page_says_what_the_release_cost() -> None:
+    """The status' record for its own release (a table), the ReleaseCost Event for an earlier
+    one, and a plain 'not recorded' when neither exists."""
+    told = event(T0 + timedelta(seconds=31), r.RELEASE_COST,
+                 "release 094e9a6290 RolledBack after 31s: 40 pod-seconds (160 GPU-seconds) "
+                 "beyond the steady state, 1 pods started, 12 canary requests counted, 12 of "
+                 "them answered by a canary then rolled back; steps in force after 5s")
+    items = [*two_releases()[:3], told, *two_releases()[3:]]
+    body = rollout()
+    body["status"] = {"releaseCost": {
+        "revision": "3ecc2ed752", "startedAt": "2026-12-03T10:21:50Z", "podSeconds": 75.2,
+        "gpuSeconds": 300.8, "podsStarted": 1, "canaryRequests": 3.0,
+        "stepsReachedAfter": [5.0]}}
+    now = T0 + timedelta(seconds=90)
+    latest = render(gather(body, items, None, now=now))
+    cost = latest.split('id="cost"')[1].split("<h2>")[0]
+    assert "<td>pod-seconds beyond the steady state</td><td>75</td>" in cost
+    assert "<td>GPU-seconds beyond the steady state</td><td>301</td>" in cost
+    assert "<td>outcome</td><td>in progress</td>" in cost and "094e9a6290" not in cost
+    first = render(gather(body, items, None, revision="094e9a6290", now=now))
+    assert "release 094e9a6290 RolledBack after 31s: 40 pod-seconds" in \
+        first.split('id="cost"')[1].split("<h2>")[0]
+    body["status"] = {}
+    assert "Not recorded" in render(gather(body, two_releases(), None, now=now))

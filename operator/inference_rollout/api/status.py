@@ -103,6 +103,42 @@ class MetricResult(StatusModel):
         None, description="The step the restarts belong to (its stepStartedAt).")
 
 
+class ReleaseCost(StatusModel):
+    """What one release cost, counted by the operator as it runs (docs/report.md, "Cost"):
+    kept for the current release, and for the last one until the next begins."""
+
+    revision: Revision = Field(description="The release's (canary) revision.")
+    started_at: str = Field(description="When the operator saw the new template.")
+    steps_reached_after: list[float] = Field(
+        default_factory=list, max_length=64,
+        description="Seconds from the start until each step's weight was in force (the "
+        "gateway accepted it).")
+    outcome: Literal["Promoted", "RolledBack", "Replaced"] | None = Field(
+        None, description="How it ended; empty while it runs.")
+    decided_after: float | None = Field(None, description="Seconds from the start to the outcome.")
+    pod_seconds: float = Field(
+        0.0, ge=0, description="Pod-seconds beyond the steady state (pods of every revision "
+        "above spec.replicas: canary and surge pods, and those kept draining after the outcome).")
+    gpu_seconds: float = Field(
+        0.0, ge=0, description="The same times the GPUs each pod asks for (nvidia.com/gpu).")
+    pods_started: int = Field(
+        0, ge=0, description="Canary pods the operator scaled its Deployment up by: each one "
+        "loads the model.")
+    canary_requests: float = Field(
+        0.0, ge=0, description="Canary requests the analysis counted (each step's evidence "
+        "period: from its weight in force to its last look).")
+    rolled_back_requests: float = Field(
+        0.0, ge=0, description="Of those, answered by a canary that was then rolled back.")
+    accounted_at: str | None = Field(
+        None, description="Until when pod-seconds are counted (the last reconcile).")
+    step_requests: dict[str, float] = Field(
+        default_factory=dict, max_length=64,
+        description="Canary requests counted per step, by the step's stepStartedAt.")
+    canary_desired: int = Field(0, ge=0, description="The canary's pods when last seen.")
+    extra_pods: int = Field(0, ge=0, description="Pods beyond the steady state the last "
+                            "decision left (charged until the next one).")
+
+
 class EvaluationResult(StatusModel):
     """The business evaluation gate's latest result for one canary revision (Principle 11)."""
 
@@ -172,6 +208,9 @@ class InferenceRolloutStatus(StatusModel):
     drill_recorded: DrillId | None = Field(
         None, description="The id of the last drill result recorded as an Event and notified "
         "(annotation rollouts.inference.dev/last-drill).")
+    release_cost: ReleaseCost | None = Field(
+        None, description="What the current (or last) release cost: pod- and GPU-seconds beyond "
+        "the steady state, pods started, canary requests, time to each step and the outcome.")
     evaluation_running: EvaluationRun | None = Field(
         None, description="The business evaluation begun and not yet recorded (a restart "
         "during it counts as an evaluation error).")

@@ -120,6 +120,31 @@ def _table(header: list[str], rows: list[list[str]], classes: list[str] | None =
     return f"<table><tr>{head}</tr>{body}</table>"
 
 
+def _cost(rel: Release) -> str:
+    """The release's ``status.releaseCost`` while it is the status' (current or last) release,
+    else its ``ReleaseCost`` Event; docs/report.md says how each number is counted."""
+    cost = rel.status.get("releaseCost") or {}
+    if cost.get("revision") == rel.revision:
+        def took(v: Any) -> str:
+            return "-" if v is None else f"{float(v):.0f} s"
+        rows = [["outcome", str(cost.get("outcome") or "in progress")],
+                ["time to each step's weight in force",
+                 ", ".join(took(v) for v in cost.get("stepsReachedAfter") or []) or "-"],
+                ["time to the outcome", took(cost.get("decidedAfter"))],
+                ["pod-seconds beyond the steady state", f"{cost.get('podSeconds', 0):.0f}"],
+                ["GPU-seconds beyond the steady state", f"{cost.get('gpuSeconds', 0):.0f}"],
+                ["canary pods started (model loads)", str(cost.get("podsStarted", 0))],
+                ["canary requests counted", f"{cost.get('canaryRequests', 0):.0f}"],
+                ["answered by a canary then rolled back",
+                 f"{cost.get('rolledBackRequests', 0):.0f}"]]
+        return _table(["quantity", "value"], rows)
+    told = [e for e in rel.events if e.reason == "ReleaseCost"]
+    if told:
+        return f"<p>{escape(told[-1].message)}</p>"
+    return "<p class=note>Not recorded: the operator did not count this release (it predates " \
+           "the count, or its ReleaseCost Event has expired).</p>"
+
+
 def render(rel: Release) -> str:
     t = "%Y-%m-%d %H:%M:%S UTC"
     title = f"Release {rel.revision or '?'} of {rel.namespace}/{rel.name}"
@@ -140,6 +165,7 @@ def render(rel: Release) -> str:
 · phase now {escape(str(rel.status.get('phase')))}: {escape(str(rel.status.get('message')))}</p>
 <h2>Traffic</h2><figure id="weights">{weights_plot(rel)}</figure>
 <h2>Metrics against their thresholds</h2>{plots}
+<h2 id="cost">What the release cost</h2>{_cost(rel)}
 <h2>Verdicts</h2>{_table(["metric", "threshold", "last canary", "last stable", "verdict"],
                           verdicts, [row[-1] for row in verdicts])}
 <h2>Steering</h2>{_table(["time", "request", "message"], steering) if steering else

@@ -5,6 +5,8 @@ from __future__ import annotations
 import unicodedata
 from typing import Any
 
+from ..api.duration import format_duration
+
 
 def printable(text: str) -> str:
     """``text`` with every control and format character shown escaped (``\\x1b``, ``\\n``,
@@ -71,8 +73,27 @@ def render_rollout(body: dict[str, Any]) -> str:
         lines.append(f"Evaluation: {ev.get('verdict')} for {ev.get('revision')}: canary "
                      f"{pts(ev.get('canaryScore'))} vs stable {pts(ev.get('stableScore'))} points"
                      f"{' — ' + ev['message'] if ev.get('message') else ''}")
+    cost = st.get("releaseCost")
+    if cost:
+        lines.append(_cost_line(cost))
     for c in st.get("conditions") or []:
         if (c.get("status") == "True" and c["type"] in ("Aborted", "Paused")) or (
                 c["type"] in ("Valid", "RouteAccepted") and c.get("status") == "False"):
             lines.append(f"{c['type']}: {c.get('reason')}: {c.get('message')}")
     return "\n".join(lines)
+
+
+def _cost_line(cost: dict[str, Any]) -> str:
+    """``Cost:      09c054e966 RolledBack after 2m20s: 203 pod-s (812 GPU-s) beyond steady
+    state, 2 pods started, 1204 canary requests (1204 rolled back); steps at 12s, 1m15s``."""
+    def took(seconds: Any) -> str:
+        return "-" if seconds is None else format_duration(float(seconds))
+    outcome = cost.get("outcome") or "in progress"
+    after = f" after {took(cost.get('decidedAfter'))}" if cost.get("outcome") else ""
+    rolled = (f" ({cost.get('rolledBackRequests', 0):.0f} rolled back)"
+              if cost.get("outcome") == "RolledBack" else "")
+    steps = ", ".join(took(s) for s in cost.get("stepsReachedAfter") or []) or "-"
+    return (f"Cost:      {cost.get('revision')} {outcome}{after}: "
+            f"{cost.get('podSeconds', 0):.0f} pod-s ({cost.get('gpuSeconds', 0):.0f} GPU-s) "
+            f"beyond steady state, {cost.get('podsStarted', 0)} pods started, "
+            f"{cost.get('canaryRequests', 0):.0f} canary requests{rolled}; steps at {steps}")

@@ -28,8 +28,8 @@ from ..api import reasons as r
 from ..api.duration import format_duration
 from ..api.spec import InferenceRolloutSpec, MetricSpec, Step
 from ..api.status import InferenceRolloutStatus, MetricResult, Requests
+from . import cost, route_gate
 from . import evaluation_gate as gate
-from . import route_gate
 from . import verdicts as an
 from .capacity import (
     canary_target,
@@ -149,6 +149,10 @@ def decide(
         _recheck_backends(run)
         _record_drill(run)
     st = run.status
+    if not world.deleting:
+        st.release_cost, ended = cost.account(spec, st, world, run.actions, now)
+        if ended is not None:
+            run.event("Normal", r.RELEASE_COST, cost.summary(ended))
     st.replicas = serving_pods(st, world, run.actions)
     st.selector = serving_selector(world.rollout, st)
     st.message = _message(run)

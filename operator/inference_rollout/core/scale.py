@@ -14,7 +14,7 @@ from collections.abc import Iterable
 
 from ..api import LABEL_REVISION, LABEL_ROLLOUT
 from ..api.status import InferenceRolloutStatus
-from .types import Action, EnsureRevision, Observation
+from .types import Action, DeleteRevision, EnsureRevision, Observation
 
 
 def serving_revisions(status: InferenceRolloutStatus) -> list[str]:
@@ -31,12 +31,20 @@ def serving_selector(rollout: str, status: InferenceRolloutStatus) -> str:
     return f"{selector},{LABEL_REVISION} in ({','.join(revisions)})" if revisions else selector
 
 
+def pods_after(world: Observation, actions: Iterable[Action]) -> dict[str, int]:
+    """Each revision's pods once ``actions`` are applied (their last scaling or deletion wins):
+    what the next read sees, and the same whether or not some of them were applied already."""
+    pods = {rev: state.desired for rev, state in world.revisions.items()}
+    for action in actions:
+        if isinstance(action, EnsureRevision):
+            pods[action.revision] = action.replicas
+        elif isinstance(action, DeleteRevision):
+            pods[action.revision] = 0
+    return pods
+
+
 def serving_pods(status: InferenceRolloutStatus, world: Observation,
                  actions: Iterable[Action]) -> int:
-    """Pods of the serving revisions once ``actions`` are applied (their last scaling wins)."""
-    pods = {rev: world.revisions[rev].desired if rev in world.revisions else 0
-            for rev in serving_revisions(status)}
-    for action in actions:
-        if isinstance(action, EnsureRevision) and action.revision in pods:
-            pods[action.revision] = action.replicas
-    return sum(pods.values())
+    """Pods of the serving revisions once ``actions`` are applied."""
+    pods = pods_after(world, actions)
+    return sum(pods.get(rev, 0) for rev in serving_revisions(status))
