@@ -192,8 +192,15 @@ def _log_tasks() -> None:
 
 
 async def _release_before_deletion(body: dict[str, Any]) -> None:
+    """The deletion watchdog's cleanup: a rollout it finds has been marked for deletion for 30 s
+    in a namespace being deleted, whose route goes with it: once traffic is on stable, a
+    revision still draining holds nothing (nothing will route to it for long)."""
     assert Runtime.deps is not None
-    await release_before_deletion(Runtime.deps, body)
+    try:
+        await release_before_deletion(Runtime.deps, body)
+    except DeletionHeld as e:
+        log.info("%s/%s: %s; its namespace is being deleted, so it goes now",
+                 body["metadata"]["namespace"], body["metadata"]["name"], e)
     operator_metrics.forget_rollout(body["metadata"]["namespace"], body["metadata"]["name"])
 
 

@@ -25,9 +25,12 @@ from .core.types import RecordEvent
 from .deletion_watchdog import sweep
 from .kube import Kube, load_configuration
 from .paths import cluster_path, rollout_path
-from .reconciler import Deps, release_before_deletion
+from .reconciler import DeletionHeld, Deps, release_before_deletion
 
 FINALIZER = f"{GROUP}/finalizer"
+#: How long the command waits for a canary taken off the route to drain (a gateway follows a
+#: route change within seconds) before it lets the rollout, and so its pods, go.
+DRAIN_WAIT_SECONDS = 10.0
 
 
 async def _print_event(body: dict[str, Any], event: RecordEvent) -> None:
@@ -47,7 +50,16 @@ async def release_finalizers(kube: Kube, namespaces: list[str] | None) -> tuple[
     deps = Deps(kube=kube, post_event=_print_event)
 
     async def cleanup(body: dict[str, Any]) -> None:
-        await release_before_deletion(deps, body)
+        try:
+            await release_before_deletion(deps, body)
+        except DeletionHeld as e:
+            # No operator will come back for the rest of the drain: give the gateways a moment
+            # to follow the route, not the hour an abortScaleDownDelay may say.
+            wait = min(e.seconds, DRAIN_WAIT_SECONDS)
+            meta = body["metadata"]
+            print(f"{meta['namespace']}/{meta['name']}: {e}; waiting {wait:.0f}s for the "
+                  "gateway to follow the route")
+            await asyncio.sleep(wait)
 
     released = await sweep(kube, set(scope), FINALIZER, cleanup, datetime.now(UTC), grace=0)
     left = 0
