@@ -6,6 +6,7 @@ owner left to garbage-collect them), and lets the rollout go.  A live rollout is
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 from tests.integration.rollout_world import (
@@ -26,7 +27,7 @@ USER_ROUTE = {"gatewayAPI": {"httpRouteRef": {"name": "chat-route"}}}
 
 
 def test_a_rollout_left_behind_by_the_operator_is_released_traffic_first(
-        control_plane: ControlPlane) -> None:
+        control_plane: ControlPlane, capsys: pytest.CaptureFixture[str]) -> None:
     ns = "orphaned"
     routes = ns_path("gateway.networking.k8s.io", "v1", ns, "httproutes")
 
@@ -45,8 +46,14 @@ def test_a_rollout_left_behind_by_the_operator_is_released_traffic_first(
         return held["status"]["stableRevision"], held["status"]["canaryRevision"]
 
     stable, canary = asyncio.run(setup())
+    started = time.monotonic()
     assert main(["release-finalizers", "-n", ns, "-n", f"{ns}-live",
                  "--kubeconfig", str(control_plane.kubeconfig())]) == 0
+    # the canary left the route first, and had the gateway's moment to drain (not the hour
+    # its abortScaleDownDelay would give it under the operator)
+    said = capsys.readouterr().out
+    assert f"revisions {canary} drain until" in said and "waiting 10s for the gateway" in said
+    assert 10 <= time.monotonic() - started < 60
 
     async def after() -> None:
         deps = await deps_for(control_plane)
