@@ -112,6 +112,8 @@ class LoadReport:
     results: list[RequestResult] = field(default_factory=list, repr=False)
     #: The gateway's own account of the failures it answered (:mod:`irsandbox.gateway_log`).
     gateway_failures: dict[str, int] = field(default_factory=dict)
+    #: Wall-clock time (epoch seconds) of the run's start: a result's ``started`` is after it.
+    started_at: float = 0.0
 
     def share(self, revision: str) -> float:
         """Fraction of routed responses that the revision served."""
@@ -551,6 +553,7 @@ async def run_load(
     finally:
         await pool.aclose()
     report = build_report(results, elapsed)
+    report.started_at = wall_start
     if report.failed:
         report.gateway_failures = failures_between(host, wall_start, time.time())
     return report

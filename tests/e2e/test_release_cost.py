@@ -8,6 +8,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import datetime
 from typing import Any
 
 import pytest
@@ -20,8 +21,9 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
 #: Analysis counts each step from its weight in force to its last look (a 5 s interval) and
 #: never what the canary answered before the gateway accepted the weight: never more than served
-#: (Prometheus' increase() extrapolates by a few percent), and most of it.
-COUNTED_SHARE = (0.5, 1.1)
+#: (Prometheus' increase() extrapolates by a few percent), and most of it (measured: 88 of 95
+#: answers for a canary rolled back after 12 s, 304 of 400 for one promoted after 28 s).
+COUNTED_SHARE = (0.6, 1.1)
 
 
 class PodNames:
@@ -59,7 +61,11 @@ def counted(story: Story, then: Then) -> Iterator[dict[str, Any]]:
 
 def check(cost: dict[str, Any], seen: dict[str, Any], outcome: str) -> None:
     traffic: LoadReport = seen["traffic"]
-    served = traffic.by_revision.get(seen["canary"], 0)
+    # the canary's answers from the release's start to its outcome (a promoted canary serves on)
+    start = datetime.fromisoformat(cost["startedAt"].replace("Z", "+00:00")).timestamp()
+    end = start + cost["decidedAfter"]
+    served = sum(1 for r in traffic.results if r.revision == seen["canary"]
+                 and start <= traffic.started_at + r.started <= end)
     assert cost["revision"] == seen["canary"] and cost["outcome"] == outcome, cost
     pods = seen["pods"].get(seen["canary"], set())
     assert cost["podsStarted"] == len(pods) > 0, (cost, sorted(pods))
@@ -81,7 +87,7 @@ def test_release_cost_matches_what_was_counted_from_outside(
         then.rolled_back(v1, "AnalysisFailed")
         bad_cost = story.release.status()["releaseCost"]
     with counted(story, then) as good:
-        when.template_changes(version="v3")
+        when.template_changes(version="v3", failure_rate=0)
         good["canary"] = then.status(
             lambda s: s.get("canaryRevision") not in (None, bad["canary"]), 60,
             "the second canary")["canaryRevision"]
