@@ -58,6 +58,15 @@ def test_a_rolled_back_release_records_what_it_cost_and_says_it_once() -> None:
     assert c.status["releaseCost"]["podSeconds"] > before
     assert f"{DEPLOYMENTS}/{NAME}-{canary}" in c.kube.objects
     assert len([e for e in c.events if e.reason == "ReleaseCost"]) == 1
+    # once the canary has drained (abortScaleDownDelay 30s) the record is final: a reconcile
+    # of the Degraded rollout writes nothing
+    for _ in range(3):
+        c.reconcile(15)
+    final = c.status["releaseCost"]
+    assert final.get("extraPods", 0) == 0
+    c.reconcile(15)
+    assert c.status["releaseCost"] == final
+    assert not [w for w in c.kube.writes("PATCH") if w[1].endswith("/status")]
     # `kubectl inference-rollout retry`: the same revision released again, counted afresh
     c.source.errors = 0.0
     c.kube.objects[ROLLOUT]["status"]["requests"] = {"retry": True}

@@ -105,6 +105,9 @@ def _charge(cost: ReleaseCost, spec: InferenceRolloutSpec, pods: dict[str, int],
             now: datetime) -> None:
     """Charge the interval since the last decision for the pods beyond the steady state that
     decision left; then note the ones this one leaves for the next interval."""
+    extra = max(0, sum(pods.values()) - spec.replicas)
+    if cost.outcome is not None and cost.extra_pods == 0 and extra == 0:
+        return  # ended and drained: the record is final (no status write per reconcile)
     last = from_iso(cost.accounted_at)
     if last is not None and now > last:
         seconds = (now - last).total_seconds()
@@ -112,7 +115,7 @@ def _charge(cost: ReleaseCost, spec: InferenceRolloutSpec, pods: dict[str, int],
         cost.gpu_seconds = round(
             cost.gpu_seconds + cost.extra_pods * seconds * gpus_per_pod(spec.template), 3)
     cost.accounted_at = to_iso(now)
-    cost.extra_pods = max(0, sum(pods.values()) - spec.replicas)
+    cost.extra_pods = extra
 
 
 def _progress(cost: ReleaseCost, after: InferenceRolloutStatus, pods: dict[str, int],
