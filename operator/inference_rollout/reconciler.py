@@ -270,6 +270,7 @@ async def _reconcile(deps: Deps, body: dict[str, Any]) -> float:
         evaluation=evaluation,
         invalid=tuple(invalid),
         deleting=deleting,
+        deleting_since=from_iso(meta.get("deletionTimestamp")),
         rollout=name,
         drill=last_drill(body),
     )

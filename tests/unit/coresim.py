@@ -224,7 +224,8 @@ class Sim:
         return None
 
     def reconcile(self, *, measure: bool = True, settle: bool = True, deleting: bool = False,
-                  invalid: tuple[str, ...] = (), **requests: bool) -> Decision:
+                  invalid: tuple[str, ...] = (), deleting_since: datetime | None = None,
+                  **requests: bool) -> Decision:
         for name, value in requests.items():
             setattr(self.status.requests, name, value)
         spec = self.spec
@@ -237,8 +238,8 @@ class Sim:
             revisions=dict(self.world.deployments),
             route=None if self.world.route is None else dict(self.world.route),
             measurements=measurements, evaluation=self.evaluate(), invalid=invalid,
-            deleting=deleting, route_acceptance=self.gateway(self) if self.gateway else None,
-            rollout="chat")
+            deleting=deleting, deleting_since=deleting_since,
+            route_acceptance=self.gateway(self) if self.gateway else None, rollout="chat")
         d = decide(spec, self.status, obs, self.now)
         self.decisions.append(d)
         self.world.history.append(d)

@@ -770,6 +770,19 @@ def test_deletion_returns_traffic_to_stable() -> None:
     assert d.deletion_hold == 0 and d.actions == (OrphanRevision(old),)
 
 
+def test_a_deletion_waits_for_draining_revisions_at_most_30s() -> None:
+    """An hour-long abortScaleDownDelay (a failed canary kept for forensics) must not hold a
+    `kubectl delete` for an hour: the gateway needs seconds."""
+    sim, _old, new = in_release(strategy={**steps((50, "1h"), 100),
+                                          "abortScaleDownDelay": "1h"})
+    sim.run_until(at_step(0, 50))
+    asked = sim.now
+    d = sim.reconcile(deleting=True, deleting_since=asked)
+    assert new in d.status.old_revisions and d.deletion_hold == 30
+    sim.advance(30)
+    assert sim.reconcile(deleting=True, deleting_since=asked).deletion_hold == 0
+
+
 def test_deletion_with_an_owned_route_is_not_held() -> None:
     """The route goes with the rollout: nothing is left to send the canary anything."""
     sim, _old, new = in_release(traffic={"gatewayAPI": {"parentRefs": [{"name": "gw"}]}},

@@ -192,17 +192,27 @@ def _on_delete(run: _Run) -> None:
             run.actions.append(OrphanRevision(st.stable_revision))
 
 
+#: A deletion waits for draining revisions at most this long after it was asked for: time for a
+#: gateway to follow the route (seconds), not the hour an ``abortScaleDownDelay`` kept for
+#: forensics may say.
+DELETION_DRAIN_LIMIT_SECONDS = 30.0
+
+
 def _deletion_hold(run: _Run) -> float:
     """Seconds the deleted rollout must stay: until every revision that left the route is past
-    its scale-down time, so no pod a gateway may still send to is collected.  Only where the
-    route outlives the rollout (a user-owned ``httpRouteRef``): an owned route is collected
-    with the revisions, and the host's traffic ends with it, as the deletion asked."""
+    its scale-down time, so no pod a gateway may still send to is collected; at most
+    :data:`DELETION_DRAIN_LIMIT_SECONDS` after the deletion.  Only where the route outlives the
+    rollout (a user-owned ``httpRouteRef``): an owned route is collected with the revisions,
+    and the host's traffic ends with it, as the deletion asked."""
     if run.world.route is None or run.spec.traffic.gateway_api.http_route_ref is None:
         return 0.0
     dues = [from_iso(due) for rev, due in run.status.old_revisions.items()
             if rev in run.world.revisions]
-    waits = [(due - run.now).total_seconds() for due in dues if due is not None]
-    return max([0.0, *waits])
+    until = max([due for due in dues if due is not None], default=run.now)
+    if run.world.deleting_since is not None:
+        until = min(until, run.world.deleting_since
+                    + timedelta(seconds=DELETION_DRAIN_LIMIT_SECONDS))
+    return max(0.0, (until - run.now).total_seconds())
 
 
 def _record_drill(run: _Run) -> None:

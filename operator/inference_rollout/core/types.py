@@ -8,6 +8,7 @@ tested with literals and a restart can be simulated by feeding the same values a
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 from enum import StrEnum
 from typing import Literal
 
@@ -156,6 +157,8 @@ class Observation:
     evaluation: EvaluationOutcome | None = None  # present when evaluation_due said so
     invalid: tuple[str, ...] = ()
     deleting: bool = False
+    #: When the rollout was marked for deletion (its deletionTimestamp), when it is.
+    deleting_since: datetime | None = None
     #: The gateway's view of the route; None when it was not read (no route yet).
     route_acceptance: RouteAcceptance | None = None
     rollout: str = ""  # the rollout's name (the scale subresource's selector names it)
