@@ -281,11 +281,17 @@ async def _reconcile(deps: Deps, body: dict[str, Any]) -> float:
         # next reconcile reads `aborted` and finishes moving it; it can never decide anew from
         # the old status (with a new Prometheus answer) and send traffic back to the canary.
         await write_status(deps, body, status, decision.status)
-        await post_events(deps, body, decision)
         deps.notify(body, status, decision)  # now: a failed write below must not lose it
-    await apply_actions(deps, body, decision, revisions, router, spec.template,
-                        world.template_hash)
-    if not decision.rolled_back:
+        try:
+            # Traffic moves next, before the Events are told: each Event is a round trip
+            # or two, and users are on the failing canary until the route is written.
+            await apply_actions(deps, body, decision, revisions, router, spec.template,
+                                world.template_hash)
+        finally:
+            await post_events(deps, body, decision)  # recorded: told even if a write failed
+    else:
+        await apply_actions(deps, body, decision, revisions, router, spec.template,
+                            world.template_hash)
         await write_status(deps, body, status, decision.status)
         await post_events(deps, body, decision)
         deps.notify(body, status, decision)
