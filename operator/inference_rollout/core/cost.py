@@ -1,8 +1,8 @@
 """What a release costs, counted as it runs (issue 33, item 4): the numbers platform teams are
 asked for and no rollout controller reports.
 
-:func:`account` runs at the end of every decision with the status before and after it, and
-keeps ``status.releaseCost`` for the current release (and the last one until the next begins):
+:func:`account` runs at the end of every decision with the status it made, and keeps
+``status.releaseCost`` for the current release (and the last one until the next begins):
 
 * **pod- and GPU-seconds beyond the steady state**: the pods of every revision above
   ``spec.replicas`` (canary and surge pods, and those kept draining after the outcome), times

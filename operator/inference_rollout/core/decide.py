@@ -181,9 +181,7 @@ def _on_delete(run: _Run) -> None:
     if run.world.route is None:
         return
     if st.stable_revision and st.canary_revision:
-        delay = run.spec.strategy.abort_scale_down_delay_seconds
-        st.old_revisions[st.canary_revision] = to_iso(run.now + timedelta(seconds=delay))
-        st.canary_weight, st.canary_revision, st.current_step = 0, None, None
+        _abandon_canary(run)
         run.event("Normal", r.DELETING, r.DELETING_MSG.format(
             stable=st.stable_revision, delay=run.spec.strategy.abort_scale_down_delay))
     if st.stable_revision:
