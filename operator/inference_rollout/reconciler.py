@@ -300,7 +300,8 @@ async def _reconcile(deps: Deps, body: dict[str, Any]) -> float:
                                    time.monotonic() - decided_at)
     _export(ns, name, decision, measurements, evaluation is not None)
     if deleting and decision.deletion_hold > 0:
-        raise DeletionHeld(decision.deletion_hold, decision.status.old_revisions)
+        raise DeletionHeld(decision.deletion_hold, sorted(
+            rev for rev in decision.status.old_revisions if rev in world_revisions))
     # 0 is a real answer ("look again now": e.g. measure right after a weight change).
     return IDLE_SECONDS if decision.requeue_after is None else decision.requeue_after
 
@@ -422,9 +423,10 @@ class DeletionHeld(Exception):
     draining (the gateway may send to it until then), and collecting it would fail those
     requests.  Not an error: the finalizer is retried after ``seconds``."""
 
-    def __init__(self, seconds: float, draining: dict[str, str]) -> None:
-        super().__init__(f"revisions {', '.join(sorted(draining))} drain until "
-                         f"{max(draining.values())} ({seconds:.0f}s) before the rollout goes")
+    def __init__(self, seconds: float, draining: list[str]) -> None:
+        # The wait, not the revisions' due times: the core caps it (DELETION_DRAIN_LIMIT_SECONDS).
+        super().__init__(f"revisions {', '.join(draining)} drain for {seconds:.0f}s more "
+                         "before the rollout goes")
         self.seconds = seconds
 
 

@@ -126,11 +126,12 @@ def test_the_delete_handler_keeps_a_draining_rollout_until_it_drained(
     _, deps, _ = world
 
     async def draining(_deps: Deps, _body: dict[str, Any]) -> None:
-        raise DeletionHeld(12.5, {"09c054e966": "2026-12-01T12:01:30.000Z"})
+        raise DeletionHeld(12.5, ["09c054e966"])
 
     monkeypatch.setattr(handlers, "release_before_deletion", draining)
     monkeypatch.setattr(Runtime, "deps", deps)
-    with pytest.raises(kopf.TemporaryError, match="revisions 09c054e966 drain until") as held:
+    with pytest.raises(kopf.TemporaryError,
+                       match="revisions 09c054e966 drain for 12s more") as held:
         asyncio.run(on_delete(body=kbody({"metadata": {"namespace": NS, "name": NAME}})))
     assert held.value.delay == 12.5
 

@@ -252,7 +252,7 @@ def test_deleting_moves_traffic_to_stable_and_a_missing_route_is_not_an_error() 
     stable, canary = c.status["stableRevision"], c.status["canaryRevision"]
     c.kube.objects[ROLLOUT]["metadata"]["deletionTimestamp"] = "2026-12-01T13:00:00Z"
     # The canary left the route; the rollout (so its pods) stays while the gateway follows.
-    with pytest.raises(DeletionHeld, match=f"revisions {canary} drain") as held:
+    with pytest.raises(DeletionHeld, match=f"revisions {canary} drain for 30s more") as held:
         asyncio.run(release_before_deletion(c.deps, c.body))
     assert held.value.seconds == 30
     assert c.weights()[f"{NAME}-{stable}"] == 100
