@@ -92,6 +92,13 @@ def histogram_quantile(q: float, counts: np.ndarray) -> float:
     return lower + (TTFT_BOUNDS[i] - lower) * ((rank - below) / inside if inside else 1.0)
 
 
+def latency_evidence(counts: np.ndarray, period: float) -> Evidence:
+    """The step's per-bucket counts as the Sequential rule reads them: cumulative, by bound."""
+    bounds = (*TTFT_BOUNDS, math.inf)
+    return Evidence(period, buckets=tuple(zip(bounds, np.cumsum(counts).astype(float).tolist(),
+                                              strict=True)))
+
+
 @dataclass
 class Release:
     outcome: str  # promoted | rolled back | no verdict
@@ -105,10 +112,7 @@ def look(rule: str, metric: MetricSpec, requests: int, bad: np.ndarray | int,
     if metric is TTFT:
         assert isinstance(bad, np.ndarray) and isinstance(step_counts, np.ndarray)
         if rule == "Sequential":
-            bounds = (*TTFT_BOUNDS, math.inf)
-            buckets = tuple(zip(bounds, np.cumsum(step_counts).astype(float).tolist(),
-                                strict=True))
-            m = Measurement(None, evidence=Evidence(period, buckets=buckets))
+            m = Measurement(None, evidence=latency_evidence(step_counts, period))
             return an.judge(metric, m, RATES_SEQUENTIAL).verdict
         window = bad  # this interval's bucket counts
         if requests < MIN_SAMPLES:
@@ -214,9 +218,7 @@ def late_breakage(rng: np.random.Generator, rate: float, interval: float, good: 
         total, bad_served = total + n, bad_served + n_bad
         if latency:
             hist += rng.multinomial(n_good, probs_good) + rng.multinomial(n_bad, probs_bad)
-            bounds = (*TTFT_BOUNDS, math.inf)
-            ev = Evidence(t, buckets=tuple(zip(bounds, np.cumsum(hist).astype(float).tolist(),
-                                               strict=True)))
+            ev = latency_evidence(hist, t)
         else:
             errors += n_bad
             ev = Evidence(t, requests=total, errors=errors)
@@ -231,21 +233,42 @@ def late_breakage(rng: np.random.Generator, rate: float, interval: float, good: 
     raise AssertionError("never rolled back")
 
 
-def late_table(releases: int, seed: int) -> str:
-    """Bad requests served after a late breakage, median / p95 / max over ``releases``."""
-    lines = ["| metric | canary req/s | look every | good requests first | restarts (default) "
-             "| whole-step test alone |", "|---|---|---|---|---|---|"]
+@dataclass(frozen=True)
+class LateCell:
+    """One late-breakage cell: the bad requests each release served until its rollback."""
+
+    kind: str  # latency | errors
+    rate: float
+    interval: float
+    good: int
+    restarts: bool
+    served: list[int]
+
+
+def late_cells(releases: int, seed: int) -> list[LateCell]:
+    """Each cell with the restarts (the default) and with the whole-step test alone, on the
+    same draws (the same seed), so the two columns differ only by the rule."""
+    out = []
     for kind in ("latency", "errors"):
         for rate, interval in ((2.0, 5.0), (10.0, 1.0), (10.0, 5.0)):
-            cells = []
             for restarts in (True, False):
                 rng = np.random.default_rng(seed)
-                served = np.array([late_breakage(rng, rate, interval, 10_000, restarts, kind)
-                                   for _ in range(releases)])
-                cells.append(f"{np.median(served):.0f} / {np.percentile(served, 95):.0f} / "
-                             f"{served.max()}")
-            lines.append(f"| {'TTFT p99' if kind == 'latency' else 'errors ≤ 1%'} | {rate:g} | "
-                         f"{interval:g} s | 10,000 | {cells[0]} | {cells[1]} |")
+                out.append(LateCell(kind, rate, interval, 10_000, restarts,
+                                    [late_breakage(rng, rate, interval, 10_000, restarts, kind)
+                                     for _ in range(releases)]))
+    return out
+
+
+def late_table(cells: list[LateCell]) -> str:
+    """Bad requests served after a late breakage, median / p95 / max per cell."""
+    lines = ["| metric | canary req/s | look every | good requests first | restarts (default) "
+             "| whole-step test alone |", "|---|---|---|---|---|---|"]
+    for with_restarts, alone in zip(cells[::2], cells[1::2], strict=True):
+        shown = [f"{np.median(c.served):.0f} / {np.percentile(c.served, 95):.0f} / "
+                 f"{max(c.served)}" for c in (with_restarts, alone)]
+        c = with_restarts
+        lines.append(f"| {'TTFT p99' if c.kind == 'latency' else 'errors ≤ 1%'} | {c.rate:g} | "
+                     f"{c.interval:g} s | {c.good:,} | {shown[0]} | {shown[1]} |")
     return "\n".join(lines)
 
 
@@ -292,12 +315,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--late-releases", type=int, default=200,
                    help="releases per late-breakage cell")
     p.add_argument("--late-only", action="store_true", help="only the late-breakage table")
+    p.add_argument("--late-json", type=Path,
+                   help="also write the late-breakage cells, every release's count, here")
     args = p.parse_args(argv)
     assert RATES_SEQUENTIAL is not None
     started = time.monotonic()
+    late = late_cells(args.late_releases, args.seed)
     if args.late_only:
-        print(late_table(args.late_releases, args.seed))
+        print(late_table(late))
         print(f"({time.monotonic() - started:.0f} s)")
+        if args.late_json:
+            args.late_json.write_text(json.dumps([asdict(c) for c in late]))
         return 0
     rows = []
     cells = [(s, True) for s in OVER_SHARES] + [(s, False) for s in ERROR_SHARES]
@@ -315,10 +343,12 @@ def main(argv: list[str] | None = None) -> int:
     print(table(rows))
     print("\nLate breakage: bad requests served until the rollback, median / p95 / max over "
           f"{args.late_releases} releases")
-    print(late_table(args.late_releases, args.seed))
+    print(late_table(late))
     print(f"({time.monotonic() - started:.0f} s)")
     if args.json:
         args.json.write_text(json.dumps([asdict(c) for c in rows], indent=1))
+    if args.late_json:
+        args.late_json.write_text(json.dumps([asdict(c) for c in late]))
     return 0
 
 

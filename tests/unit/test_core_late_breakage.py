@@ -16,24 +16,19 @@ from datetime import timedelta
 import pytest
 from scipy import stats
 from tests.unit.coresim import T0
+from tests.unit.test_core_verdicts import error_rate, errors
 
 from inference_rollout.api.spec import MetricSpec
 from inference_rollout.api.status import KEPT_RESTARTS, MetricResult
 from inference_rollout.core import sequential as sq
 from inference_rollout.core import verdicts as an
-from inference_rollout.core.types import Evidence, Measurement
 
 STEP = "2026-12-06T12:00:00.000Z"
 
 
-def error_rate(limit: float) -> MetricSpec:
-    return MetricSpec.model_validate({"name": "errors", "template": "error-rate", "max": limit})
-
-
 def look(metric: MetricSpec, prev: MetricResult | None, requests: float, failed: float,
          rates: sq.ErrorRates, step: str = STEP, restarts: bool = True) -> MetricResult:
-    m = Measurement(failed / requests if requests else None, samples=requests,
-                    evidence=Evidence(period_s=60.0, requests=requests, errors=failed))
+    m = errors(requests, failed)
     if not restarts:  # the whole-step test alone, as before the detector
         prev = None
     return an.record(metric, prev, m, T0 + timedelta(seconds=requests), rates, step=step)
@@ -43,7 +38,7 @@ def requests_bad_until_fail(limit: float, good: int, per_look: int, bad_share: f
                             restarts: bool = True, metrics: int = 3) -> int | None:
     """Bad requests the canary answers after ``good`` good ones until the test fails."""
     rates = sq.error_rates(0.01, metrics=metrics, steps=4)
-    metric = error_rate(limit)
+    metric = error_rate(max=limit)
     n = failed = 0.0
     res: MetricResult | None = None
     while n < good + 20_000:
@@ -83,7 +78,7 @@ def test_half_bad_after_the_break_is_stopped_within_12() -> None:
 
 def test_the_fail_names_the_look_it_counted_from() -> None:
     rates = sq.error_rates(0.01, metrics=1, steps=4)
-    metric = error_rate(0.01)
+    metric = error_rate(max=0.01)
     res = None
     for n in range(100, 2100, 100):  # 2,000 good requests, a look every 100
         res = look(metric, res, n, 0, rates)
@@ -98,7 +93,7 @@ def test_restarts_belong_to_their_step() -> None:
     """A new step counts from its own start: the last step's looks must not be subtracted
     from its counts (their differences would be no evidence of anything)."""
     rates = sq.error_rates(0.01, metrics=1, steps=4)
-    metric = error_rate(0.01)
+    metric = error_rate(max=0.01)
     res = look(metric, None, 500, 0, rates, step="2026-12-06T12:00:00.000Z")
     res = look(metric, res, 900, 0, rates, step="2026-12-06T12:00:00.000Z")
     assert len(res.restarts) == 2
@@ -109,7 +104,7 @@ def test_restarts_belong_to_their_step() -> None:
 
 def test_a_look_with_no_new_request_is_no_restart() -> None:
     rates = sq.error_rates(0.01, metrics=1, steps=4)
-    metric = error_rate(0.01)
+    metric = error_rate(max=0.01)
     res = look(metric, None, 50, 0, rates)
     res = look(metric, res, 50, 0, rates)
     assert [r.index for r in res.restarts] == [1]
@@ -125,7 +120,7 @@ def test_a_healthy_canary_is_failed_at_most_alpha_however_many_looks() -> None:
     400, a lower bound of 0.15.)"""
     rates = sq.ErrorRates(alpha=0.1, beta=0.1)
     p0, runs, looks, per_look = 0.05, 400, 200, 5
-    metric = error_rate(p0)
+    metric = error_rate(max=p0)
     rng = random.Random(30)
     failed_runs = 0
     for _ in range(runs):
