@@ -136,6 +136,19 @@ def test_the_delete_handler_keeps_a_draining_rollout_until_it_drained(
     assert held.value.delay == 12.5
 
 
+def test_the_deletion_watchdog_lets_a_draining_rollout_go(
+        world: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its namespace (and the route) are being deleted: the drain holds nothing there."""
+    _, deps, _ = world
+
+    async def draining(_deps: Deps, _body: dict[str, Any]) -> None:
+        raise DeletionHeld(12.5, ["09c054e966"])
+
+    monkeypatch.setattr(handlers, "release_before_deletion", draining)
+    monkeypatch.setattr(Runtime, "deps", deps)
+    asyncio.run(handlers._release_before_deletion({"metadata": {"namespace": NS, "name": NAME}}))
+
+
 def test_the_delete_handler_asks_kopf_to_retry_an_expected_error(world: Any) -> None:
     kube, deps, _ = world
     Runtime.deps = deps
