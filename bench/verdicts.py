@@ -32,7 +32,7 @@ from scipy import stats
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "operator"))
 
-from inference_rollout.api.spec import AnalysisSpec, MetricSpec  # noqa: E402
+from inference_rollout.api.spec import AnalysisSpec, MetricSpec, Step  # noqa: E402
 from inference_rollout.core import verdicts as an  # noqa: E402
 from inference_rollout.core.types import Evidence, Measurement, MeasurementError  # noqa: E402
 
@@ -54,6 +54,7 @@ SPEC = AnalysisSpec.model_validate({
     "slo": {"ttftP99": "300ms", "itlP99": "50ms", "e2eP99": "10s"},
     "metrics": [{"name": "errors", "template": "error-rate", "max": ERROR_MAX}]})
 RATES_SEQUENTIAL = an.rates_for(SPEC, STEPS)
+STAGES = [Step(weight=w) for w in (5, 20, 50, 100)]
 TTFT = next(m for m in an.effective_metrics(SPEC) if m.name == "slo-ttft-p99")
 ERRORS = MetricSpec(name="errors", template="error-rate", max=ERROR_MAX)
 NOW = datetime(2026, 12, 6, tzinfo=UTC)
@@ -134,10 +135,14 @@ def look(rule: str, metric: MetricSpec, requests: int, bad: np.ndarray | int,
 
 def release(rng: np.random.Generator, rule: str, rate: float, share: float, latency: bool,
             interval: float, step_limit: float) -> Release:
+    """One release.  Sequential looks go through ``record`` as ``decide`` makes them: the
+    release's evidence carried from step to step, each step asking for the share of it that the
+    weight it hands on needs (steps 5/20/50/100 %: issue 30, item 3)."""
     probs = latency_buckets(share) if latency else None
     metric = TTFT if latency else ERRORS
     t, seen = 0.0, 0
-    for _ in range(STEPS):
+    prev = None
+    for index in range(STEPS):
         step_t = 0.0
         hist = np.zeros(len(TTFT_BOUNDS) + 1, dtype=np.int64)
         total = errors = 0
@@ -148,14 +153,25 @@ def release(rng: np.random.Generator, rule: str, rate: float, share: float, late
             t += interval
             n = int(rng.poisson(rate * interval))
             seen += n
+            counts: np.ndarray | tuple[int, int]
+            window_bad: np.ndarray | int
             if probs is not None:
                 window = rng.multinomial(n, probs)
                 hist += window
-                verdict = look(rule, metric, n, window, hist, step_t)
+                counts, window_bad, ev = hist, window, latency_evidence(hist, step_t)
             else:
                 bad = int(rng.binomial(n, share))
                 total, errors = total + n, errors + bad
-                verdict = look(rule, metric, n, bad, (total, errors), step_t)
+                counts, window_bad = (total, errors), bad
+                ev = Evidence(step_t, requests=total, errors=errors)
+            verdict: str
+            if rule == "Sequential":
+                prev = an.record(metric, prev, Measurement(None, evidence=ev), NOW,
+                                 RATES_SEQUENTIAL, step=f"step-{index}",
+                                 exposure=an.pass_exposure(STAGES, index))
+                verdict = prev.verdict or "Inconclusive"
+            else:
+                verdict = look(rule, metric, n, window_bad, counts, step_t)
             if verdict == "Fail":
                 return Release("rolled back", t, seen)
             if verdict == "Pass":

@@ -957,6 +957,33 @@ def test_analysis_due() -> None:
     assert not analysis_due(no_metrics, st(), at(0))
 
 
+def test_sequential_looks_after_every_scrape_and_window_every_interval() -> None:
+    """Issue 30, item 1: new evidence can exist after each scrape; the sequential tests may look
+    then at no cost in error (Ville), so a 1m interval with 15s scrapes looks every 15 s, never
+    more often than every 5 s; the Window rule keeps its interval."""
+    from inference_rollout.api.spec import AnalysisSpec
+
+    def analysis(**kw: Any) -> AnalysisSpec:
+        return AnalysisSpec.model_validate({
+            "interval": "1m", "prometheus": {"address": "http://p:9090", "scrapeInterval": "15s"},
+            "slo": {"ttftP99": "300ms"}, **kw})
+
+    assert analysis().look_every_seconds == 15
+    assert analysis(verdicts="Window").look_every_seconds == 60
+    assert analysis(interval="10s").look_every_seconds == 10
+    assert analysis(prometheus={"address": "http://p:9090", "scrapeInterval": "1s"}
+                    ).look_every_seconds == 5
+    spec = __import__("inference_rollout.api.spec", fromlist=["x"]).InferenceRolloutSpec.parse(
+        body(strategy=steps((5, "1h"), 100)))
+    spec = spec.model_copy(update={"analysis": analysis()})
+    now = T0 + timedelta(seconds=100)
+    status = InferenceRolloutStatus(stable_revision=STABLE, canary_revision=CANARY,
+                                    current_step=0, canary_weight=5, step_started_at=to_iso(T0),
+                                    last_analysis_at=to_iso(now - timedelta(seconds=14)))
+    assert not analysis_due(spec, status, now)
+    assert analysis_due(spec, status, now + timedelta(seconds=1))
+
+
 def test_decide_is_pure_and_deterministic() -> None:
     sim, _, _ = in_release(strategy=steps((5, "1m"), 100))
     sim.run_until(at_step(0, 5))

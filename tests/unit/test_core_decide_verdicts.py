@@ -70,6 +70,41 @@ def test_pause_0s_completes_a_step_as_soon_as_the_evidence_passes() -> None:
     assert res.test is not None and res.test.endswith(": Pass")
 
 
+def test_each_step_asks_for_the_share_of_the_release_evidence_its_weight_hands_on() -> None:
+    """Issue 30, item 3: through 5 → 20 → 100 the canary is one revision, so the clean requests
+    of the whole release count: the 5 % step hands on 20 % (a fifth of the 112 clean requests
+    β asks for), the 20 % step hands on all traffic (the release's 112), the last step its own
+    minimum of 2 (each step before: 112 requests)."""
+    base = started(manifest_spec(
+        strategy={"steps": [{"weight": 5, "pause": "0s"}, {"weight": 20, "pause": "0s"},
+                            {"weight": 100}]},
+        analysis={"interval": "10s", "prometheus": {"address": "http://prom:9090"},
+                  "metrics": [{"name": "errors", "template": "error-rate", "max": 0.01}]}))
+    sim = CountingSim(base.body, world=base.world, status=base.status,
+                      generation=base.generation, rate=1.0)
+    sim.release("m2")
+    passes: dict[int, Any] = {}
+    seen = None
+    for _ in range(2000):
+        step = sim.status.current_step
+        sim.reconcile()
+        res = sim.status.analysis.get("errors")
+        if res is not None and res.measured_at != seen:  # a look in this reconcile
+            seen = res.measured_at
+            if res.verdict == "Pass" and step is not None:
+                passes.setdefault(step, res)  # the step's first Pass (pause 0s: it moves on)
+        if sim.status.canary_revision is None:
+            break
+        sim.advance(1.0)
+    assert sim.status.canary_revision is None and not sim.status.aborted  # promoted
+    first, second, last = passes[0], passes[1], passes[2]
+    assert first.carried is None and 23 <= first.requests < 23 + 10  # ⌈0.2 × 111.7⌉
+    assert second.carried is not None and second.carried.requests == first.requests
+    assert second.carried.requests + second.requests >= 112 > second.carried.requests + 70
+    assert "this release" in (second.test or "")
+    assert last.carried is not None and last.carried.requests >= 112
+
+
 def test_a_canary_failing_every_request_is_rolled_back_after_a_handful() -> None:
     sim = releasing(rate=0.2, bad_share=1.0)
     sim.run_until(lambda s: s.status.aborted, limit=600)

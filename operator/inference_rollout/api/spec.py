@@ -536,6 +536,10 @@ INCONCLUSIVE_NEEDS_LIMIT = (
 )
 
 
+#: The analysis measures at most this often (each look is a query per metric).
+MIN_LOOK_SECONDS = 5.0
+
+
 class AnalysisSpec(Model):
     interval: Duration = "1m"
     prometheus: PrometheusSpec | None = None
@@ -565,6 +569,17 @@ class AnalysisSpec(Model):
         return parse_duration(self.interval)
 
     @cached_property
+    def look_every_seconds(self) -> float:
+        """How often the analysis measures.  Under ``Window``: every ``interval``.  Under
+        ``Sequential`` also after every scrape when scrapes are more frequent (new evidence can
+        exist then, and looking more often costs the sequential tests no error: Ville's bound
+        holds at any look; issue 30), but not more often than every 5 s."""
+        if self.verdicts != "Sequential" or self.prometheus is None:
+            return self.interval_seconds
+        return min(self.interval_seconds,
+                   max(MIN_LOOK_SECONDS, self.prometheus.scrape_interval_seconds))
+
+    @cached_property
     def inconclusive_limit_seconds(self) -> float | None:
         return parse_duration(self.inconclusive_limit) if self.inconclusive_limit else None
 
@@ -577,7 +592,7 @@ class AnalysisSpec(Model):
 
     @model_validator(mode="after")
     def _rules(self) -> AnalysisSpec:
-        if self.interval_seconds < 5:
+        if self.interval_seconds < MIN_LOOK_SECONDS:
             raise ValueError("spec.analysis.interval: must be at least 5s")
         at_most("spec.analysis.interval", self.interval, MAX_ANALYSIS_INTERVAL)
         names = [m.name for m in self.metrics]

@@ -73,6 +73,15 @@ class RestartPoint(StatusModel):
     bad_requests: float = Field(ge=0)
 
 
+class CarriedCounts(StatusModel):
+    """The release's earlier steps, as the pass side counts them (core/sequential.py: the pass
+    side counts the whole release)."""
+
+    requests: int = Field(ge=0, description="Canary requests of the earlier steps' evidence.")
+    bad_requests: int = Field(ge=0, description="Of those, possibly over the limit (latency) or "
+                                                "failed (error rate).")
+
+
 class MetricResult(StatusModel):
     """The latest measurement of one metric and its running counters."""
 
@@ -101,6 +110,9 @@ class MetricResult(StatusModel):
         description="The latest looks the sequential test restarts from (late breakage).")
     restart_step: str | None = Field(
         None, description="The step the restarts belong to (its stepStartedAt).")
+    carried: CarriedCounts | None = Field(
+        None, description="The release's earlier steps' counts, which the sequential test's "
+        "pass side adds to this step's (the canary is the same revision).")
 
 
 class ReleaseCost(StatusModel):

@@ -103,8 +103,9 @@ class _Run:
 def analysis_due(spec: InferenceRolloutSpec, status: InferenceRolloutStatus, now: datetime) -> bool:
     """Whether the handler should measure before calling :func:`decide`.
 
-    Due while a canary carries traffic: right after each weight change, then every interval, and
-    once more when the step's hold ends, so the verdict that promotes covers the whole hold.
+    Due while a canary carries traffic: right after each weight change, then every interval (or
+    every scrape, under ``Sequential``: ``look_every_seconds``), and once more when the step's
+    hold ends, so the verdict that promotes covers the whole hold.
     """
     if not spec.analysis.effective_metrics or status.aborted:
         return False
@@ -116,7 +117,7 @@ def analysis_due(spec: InferenceRolloutSpec, status: InferenceRolloutStatus, now
         return True
     if started is not None and last <= started:
         return True  # a measurement at the instant the weight changed saw the previous weight
-    if (now - last).total_seconds() >= spec.analysis.interval_seconds:
+    if (now - last).total_seconds() >= spec.analysis.look_every_seconds:
         return True
     hold_end = _hold_end(spec, status)
     return hold_end is not None and now >= hold_end > last
@@ -409,6 +410,7 @@ def _analyse(run: _Run) -> bool:
     st, spec = run.status, run.spec
     assert run.world.measurements is not None
     rates = an.rates_for(spec.analysis, len(spec.strategy.steps))
+    exposure = an.pass_exposure(spec.strategy.steps, st.current_step)
     for metric in spec.analysis.effective_metrics:
         m = run.world.measurements.get(metric.name)
         if m is None:
@@ -417,7 +419,7 @@ def _analyse(run: _Run) -> bool:
         after = an.record(metric, before, m, run.now, rates,
                           vanished=_series_vanished(run, before, m),
                           unscraped=_not_scraped_yet(run, metric, before),
-                          step=st.step_started_at)
+                          step=st.step_started_at, exposure=exposure)
         st.analysis[metric.name] = after
         if before is None or before.verdict != after.verdict:
             shown = "n/a" if after.value is None else f"{after.value:.4g}"
@@ -997,8 +999,8 @@ def _wake_for_analysis(run: _Run) -> None:
     if not run.spec.analysis.effective_metrics:
         return
     last = from_iso(run.status.last_analysis_at)
-    interval = run.spec.analysis.interval_seconds
-    run.wake_in(interval if last is None else interval - (run.now - last).total_seconds())
+    every = run.spec.analysis.look_every_seconds
+    run.wake_in(every if last is None else every - (run.now - last).total_seconds())
 
 
 def _waiting_for_gateway(run: _Run) -> str:

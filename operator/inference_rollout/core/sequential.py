@@ -42,9 +42,23 @@ price: the whole-step component weighs ``w₀`` (ln 1/0.995 ≈ 0.005 nats), a r
 ``ln(j(j+1)/RESTART_BUDGET)`` nats (≈ 16 at the 100th look), which the gross alternatives pay
 with 3–5 bad requests when the good ones since that look are few.
 
+**The pass side counts the whole release** (issue 30, item 3).  The canary is one revision
+through all its steps, so the evidence that it is healthy carries from step to step: the pass
+side tests the release's counts (``carried``: every earlier step's, plus this step's), while the
+fail side keeps testing each step's own traffic (load changes latency).  ``1/LR(p1:p0)`` over the
+release is one supermartingale when the canary's share is ≥ p1 at every step, so by Ville it
+*ever* reaches ``(1/β)^c`` with probability ≤ ``β^c``.  A step that hands the canary the weight
+``w`` (the next step's; 100 % for the promotion after the last) asks for ``c = w/100`` of the
+evidence: a canary with ≥ p1 bad requests is moved to 20 % with probability ≤ β^0.2, to 50 % ≤
+β^0.5, and promoted ≤ β, while a healthy one needs 22, 56 and 112 clean requests in the whole
+release instead of 112 at every step.  Each step still needs its own evidence too: at least the
+requests that would fail it if every one were bad (:func:`step_minimum`, 2 or 3), and its own
+counts not leaning bad (``LR(p0:p1) ≥ 1``), so a canary that breaks grossly at a step's load
+is rolled back there, never moved on.
+
 ``α`` per test: the spec's ``falseRollbackRate`` divided by (metrics × steps) (Bonferroni: each
-step restarts every metric's test, any one can roll back).  ``β`` per test: ``falseRollbackRate``
-(a bad canary must pass at every step, and its failure side is tested too).
+step restarts every metric's fail side, any one can roll back).  ``β``: ``falseRollbackRate``,
+the chance per metric that a canary with ≥ p1 bad requests is promoted.
 
 Counts from Prometheus ``increase()`` are extrapolated and may be fractional: each side rounds
 against itself (to fail: bad counts down, requests up; to pass: bad counts up, requests down).
@@ -87,6 +101,22 @@ def restart_weight(index: int) -> float:
 
 
 @dataclass(frozen=True)
+class Carried:
+    """The pass side's counts of the release's earlier step periods (the same canary): requests
+    rounded down, possibly bad ones up, each period on its own."""
+
+    requests: int = 0
+    bad: int = 0
+
+    def plus(self, requests: int, bad: int) -> Carried:
+        return Carried(self.requests + requests, self.bad + bad)
+
+
+#: The first step's: nothing before it.
+NOTHING_CARRIED = Carried()
+
+
+@dataclass(frozen=True)
 class ErrorRates:
     """``alpha``: a single test's chance to fail a healthy canary; ``beta``: to pass a bad one."""
 
@@ -111,6 +141,9 @@ class Outcome:
     #: A Fail carried by the evidence since a later look (its index), not the whole step's:
     #: ``requests`` and ``bad`` are then those since that look.
     since_look: int | None = None
+    #: The release's earlier steps the pass side counted besides ``requests`` and ``bad``
+    #: (which are always the step's own).
+    carried: Carried = NOTHING_CARRIED
 
 
 def alternative(p0: float) -> float:
@@ -161,6 +194,17 @@ def _fail_counts(requests: float, sure_bad: float) -> tuple[int, int]:
     return max(_up(requests), bad), bad
 
 
+def step_minimum(p0: float, rates: ErrorRates) -> int:
+    """The requests a step must count before it can pass: as many as fail its own test when
+    every one is surely bad (2 at p0 = 1 %, 3 at 5 %), so a canary that breaks grossly at this
+    step's load is failed here before the evidence of earlier steps can move it on."""
+    threshold = math.log(1 / rates.alpha)
+    for m in range(1, 1001):
+        if math.log(1 - RESTART_BUDGET) + log_mixture_lr(m, m, p0) >= threshold:
+            return m
+    return 1000
+
+
 def restart_evidence(restart: Restart, requests: float, sure_bad: float, p0: float) -> float:
     """ln of the restart's component ``wⱼ·M(since look j)`` at these step counts."""
     n, bad = _fail_counts(requests - restart.requests, sure_bad - restart.sure_bad)
@@ -168,14 +212,17 @@ def restart_evidence(restart: Restart, requests: float, sure_bad: float, p0: flo
 
 
 def bernoulli(requests: float, sure_bad: float, possible_bad: float, p0: float,
-              rates: ErrorRates, restarts: tuple[Restart, ...] = ()) -> Outcome:
-    """Test "at most ``p0`` of requests are bad" on the counts so far.
+              rates: ErrorRates, restarts: tuple[Restart, ...] = (),
+              carried: Carried = NOTHING_CARRIED, exposure: float = 1.0) -> Outcome:
+    """Test "at most ``p0`` of requests are bad" on the step's counts so far.
 
     ``sure_bad`` counts requests surely bad (it may undercount), ``possible_bad`` every request
     possibly bad (it may overcount): failing uses the first, passing the second, so neither
     side's guarantee depends on where the limit sits between two histogram buckets.
     ``restarts``: the step's counts at earlier looks; the fail side weighs the evidence since
-    each of them too (module doc: late breakage).
+    each of them too (module doc: late breakage).  ``carried``: the release's earlier steps,
+    which the pass side counts too; ``exposure``: the share of ``ln(1/β)`` a pass needs, the
+    weight it hands the canary over 100 (module doc: the pass side counts the whole release).
     """
     p1 = alternative(p0)
     fail_n, fail_bad = _fail_counts(requests, sure_bad)
@@ -192,13 +239,16 @@ def bernoulli(requests: float, sure_bad: float, possible_bad: float, p0: float,
         return Outcome("Fail", fail_n, fail_bad, p_value, 0)
     pass_n = _down(requests)
     pass_bad = min(_up(possible_bad), pass_n)
-    evidence_good = -log_lr(pass_bad, pass_n, p0, p1)
-    needed = math.log(1 / rates.beta)
-    if evidence_good >= needed:
-        return Outcome("Pass", pass_n, pass_bad, p_value, 0)
+    release = -log_lr(pass_bad + carried.bad, pass_n + carried.requests, p0, p1)
+    own = -log_lr(pass_bad, pass_n, p0, p1)
+    needed = min(1.0, max(0.0, exposure)) * math.log(1 / rates.beta)
+    minimum = step_minimum(p0, rates)
+    if release >= needed and own >= 0 and pass_n >= minimum:
+        return Outcome("Pass", pass_n, pass_bad, p_value, 0, carried=carried)
     per_good_request = math.log((1 - p0) / (1 - p1))
-    more = math.ceil((needed - evidence_good) / per_good_request - SLACK)
-    return Outcome("Inconclusive", pass_n, pass_bad, p_value, more)
+    more = max(math.ceil((needed - release) / per_good_request - SLACK), minimum - pass_n,
+               math.ceil(-own / per_good_request - SLACK), 1)
+    return Outcome("Inconclusive", pass_n, pass_bad, p_value, more, carried=carried)
 
 
 def two_sample(canary_requests: float, canary_bad: float, stable_requests: float,

@@ -17,8 +17,8 @@ from datetime import datetime
 
 from ..api.duration import format_duration
 from ..api.effective import effective_metrics, slo_metrics
-from ..api.spec import ERROR_RATE_TEMPLATES, AnalysisSpec, MetricSpec
-from ..api.status import KEPT_RESTARTS, MetricResult, RestartPoint, Verdict
+from ..api.spec import ERROR_RATE_TEMPLATES, AnalysisSpec, MetricSpec, Step
+from ..api.status import KEPT_RESTARTS, CarriedCounts, MetricResult, RestartPoint, Verdict
 from . import sequential as sq
 from .timeutil import to_iso
 from .types import Measurement, MeasurementError
@@ -74,18 +74,21 @@ class Judgement:
 
 
 def judge(metric: MetricSpec, m: Measurement, rates: sq.ErrorRates | None = None,
-          restarts: tuple[sq.Restart, ...] = ()) -> Judgement:
+          restarts: tuple[sq.Restart, ...] = (), carried: sq.Carried = sq.NOTHING_CARRIED,
+          exposure: float = 1.0) -> Judgement:
     """The verdict of one measurement against one metric's thresholds.
 
     With ``rates`` (the Sequential rule) and evidence counted, the ``max`` of a latency or
     error-rate template is decided by a sequential test (:mod:`.sequential`); every other
     threshold by comparing the point estimate over the same period.  The verdict is Fail if any
     part fails, Pass if all pass, else Inconclusive.  ``restarts``: the step's earlier looks the
-    sequential test also counts from (late breakage).
+    sequential test also counts from (late breakage); ``carried`` and ``exposure``: the
+    release's earlier steps and the weight a pass hands on (:func:`.sequential.bernoulli`).
     """
     if m.error is not None and m.error is not MeasurementError.TOO_FEW_SAMPLES:
         return Judgement("Error", f"{m.error.value} {m.detail}".strip())
-    seq = _sequential(metric, m, rates, restarts) if rates is not None else None
+    seq = (_sequential(metric, m, rates, restarts, carried, exposure) if rates is not None
+           else None)
     if seq is not None and seq.covers_all:
         return Judgement(seq.outcome.verdict, seq.text, seq.outcome, seq.text, seq.counts)
     point = _point(metric, m, skip_max=seq is not None and seq.covers_max)
@@ -141,8 +144,18 @@ class _Sequential:
     counts: tuple[float, float, float] | None = None  # (requests, surely bad, p0): restartable
 
 
+def counts_requests(metric: MetricSpec) -> bool:
+    """Whether the metric's ``max`` is decided by counting bad requests (:func:`.sequential.
+    bernoulli`): a latency template's p99, or an error rate's testable limit."""
+    if metric.template in LATENCY_TEMPLATES:
+        return metric.max is not None
+    return (metric.template in ERROR_RATE_TEMPLATES and metric.max is not None
+            and sq.testable(metric.max))
+
+
 def _sequential(metric: MetricSpec, m: Measurement, rates: sq.ErrorRates,
-                restarts: tuple[sq.Restart, ...] = ()) -> _Sequential | None:
+                restarts: tuple[sq.Restart, ...] = (), carried: sq.Carried = sq.NOTHING_CARRIED,
+                exposure: float = 1.0) -> _Sequential | None:
     """The sequential test for this metric's counts, or None when it has none."""
     ev = m.evidence
     if ev is None or metric.template is None:
@@ -150,14 +163,16 @@ def _sequential(metric: MetricSpec, m: Measurement, rates: sq.ErrorRates,
     others = metric.min is not None or metric.min_ratio_to_stable is not None
     if metric.template in LATENCY_TEMPLATES and ev.buckets and metric.max is not None:
         requests, sure, possible = sq.exceedances(ev.buckets, metric.max)
-        o = sq.bernoulli(requests, sure, possible, sq.P99_EXCEEDANCE, rates, restarts)
+        o = sq.bernoulli(requests, sure, possible, sq.P99_EXCEEDANCE, rates, restarts, carried,
+                         exposure)
         what = f"over {metric.max:g} s"
         return _Sequential(o, _test_text(o, what), True, not others and not metric.is_relative(),
                            (requests, sure, sq.P99_EXCEEDANCE))
     if metric.template not in ERROR_RATE_TEMPLATES or ev.requests is None or ev.errors is None:
         return None
     if metric.max is not None and sq.testable(metric.max):
-        o = sq.bernoulli(ev.requests, ev.errors, ev.errors, metric.max, rates, restarts)
+        o = sq.bernoulli(ev.requests, ev.errors, ev.errors, metric.max, rates, restarts,
+                         carried, exposure)
         return _Sequential(o, _test_text(o, "failed"), True,
                            not others and not metric.is_relative(),
                            (ev.requests, ev.errors, metric.max))
@@ -177,6 +192,9 @@ def _test_text(o: sq.Outcome, what: str) -> str:
         f"≤ {o.bad}/{o.requests} {what}")
     if o.since_look is not None:
         counted += f" since look {o.since_look} of the step"
+    elif o.carried.requests and o.verdict != "Fail":
+        counted += (f" this step, ≤ {o.bad + o.carried.bad}/{o.requests + o.carried.requests} "
+                    "this release")
     tail = f" (≥ {o.more_requests} more requests to pass)" if o.more_requests else ""
     return f"{counted}, {sq.describe_p(o.p_value)}: {o.verdict}{tail}"
 
@@ -184,23 +202,28 @@ def _test_text(o: sq.Outcome, what: str) -> str:
 def record(
     metric: MetricSpec, previous: MetricResult | None, m: Measurement, now: datetime,
     rates: sq.ErrorRates | None = None, *, vanished: bool = False, unscraped: str = "",
-    step: str | None = None,
+    step: str | None = None, exposure: float = 1.0,
 ) -> MetricResult:
     """The metric's new status entry: the latest values and verdict, and updated counters.
     ``vanished``: the canary's series were measured in this step and are gone although its
     Ready pods still carry traffic, which counts as failing (DESIGN §4), not as an error.
     ``unscraped``: why no series yet is expected (:func:`collecting`): Inconclusive, not an
     error that counts toward ``consecutiveErrorLimit``.  ``step``: the step the evidence counts
-    from (its ``stepStartedAt``); the restart points belong to it and no other."""
+    from (its ``stepStartedAt``); the restart points belong to it and no other.  ``exposure``:
+    the weight a pass hands the canary, over 100 (:func:`pass_exposure`)."""
     prev = previous or MetricResult()
     kept = prev.restarts if step is not None and prev.restart_step == step else []
+    carried = _carried(metric, prev, step)
     if vanished:
         j = Judgement("Fail", VANISHED, None, VANISHED)
     elif unscraped and m.error is MeasurementError.NO_DATA:
         j = Judgement("Inconclusive", unscraped)
     else:
         j = judge(metric, m, rates, tuple(sq.Restart(r.index, r.requests, r.bad_requests)
-                                          for r in kept))
+                                          for r in kept),
+                  sq.NOTHING_CARRIED if carried is None else sq.Carried(carried.requests,
+                                                                   carried.bad_requests),
+                  exposure)
     ev = m.evidence
     counted = None if ev is None else ev.buckets[-1][1] if ev.buckets else ev.requests
     rate = (counted / ev.period_s if j.test is not None and ev is not None and counted is not None
@@ -223,7 +246,36 @@ def record(
         request_rate=None if rate is None else round(rate, 4),
         restarts=_restart_here(kept, j.counts) if step is not None else [],
         restart_step=step,
+        carried=carried,
     )
+
+
+def _carried(metric: MetricSpec, prev: MetricResult, step: str | None) -> CarriedCounts | None:
+    """The release's earlier step periods' pass-side counts, with the previous look's when it
+    was the last of a period (``step`` moved on since).  Each period is added once: the look
+    that ends one starts the next period's (or, between steps, a look with no step).
+
+    A period whose last verdict was Fail adds its requests as all bad (its counts were the fail
+    side's: bad ones rounded down), and a changed threshold starts from nothing: the counts
+    were of another limit."""
+    if not counts_requests(metric) or prev.threshold != describe_threshold(metric):
+        return None
+    before = prev.carried
+    if prev.restart_step is None or prev.restart_step == step or prev.requests is None:
+        return before
+    n = int(prev.requests)
+    bad = n if prev.verdict == "Fail" else min(n, int(prev.bad_requests or 0))
+    base = before or CarriedCounts(requests=0, bad_requests=0)
+    return CarriedCounts(requests=base.requests + n, bad_requests=base.bad_requests + bad)
+
+
+def pass_exposure(steps: list[Step], index: int | None) -> float:
+    """The weight, over 100, that passing step ``index`` hands the canary: the next step's, or
+    all traffic for the promotion after the last.  The pass side asks for that share of its
+    evidence (:func:`.sequential.bernoulli`)."""
+    if index is None or index + 1 >= len(steps):
+        return 1.0
+    return steps[index + 1].weight / 100
 
 
 def _restart_here(kept: list[RestartPoint], counts: tuple[float, float, float] | None
