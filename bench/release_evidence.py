@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -35,6 +36,7 @@ from verdicts import (
     fmt_time,
     latency_buckets,
     latency_evidence,
+    step_key,
 )
 
 from inference_rollout.api.spec import Step
@@ -68,7 +70,7 @@ def release(rng: np.random.Generator, total_rate: float, share: float, latency: 
         hist = np.zeros(len(TTFT_BOUNDS) + 1, dtype=np.int64)
         total = errors = 0
         last = 0.0
-        key = f"step-{index}"
+        key = step_key(index)
         if not carry:
             prev = None
         for at in looks:
@@ -132,6 +134,14 @@ def raw(c: Cell) -> dict[str, object]:
             "weight_reached": [r.weight_reached for r in c.releases]}
 
 
+def from_raw(d: dict[str, Any]) -> Cell:
+    """A cell read back from :func:`raw` (the docs' table is printed from the kept file)."""
+    names = {"P": "promoted", "R": "rolled back", "N": "no verdict"}
+    return Cell(d["kind"], d["total_rate"], d["share"], d["carry"], [
+        Outcome(names[o], float(t), b, w) for o, t, b, w in
+        zip(d["outcome"], d["seconds"], d["bad_served"], d["weight_reached"], strict=True)])
+
+
 HEADER = ("| pass side counts | total req/s | bad share | releases | rolled back | promoted | "
           "no verdict | handed > 5 % | time to outcome: median / p95 | bad answers served: "
           "median / p95 |\n|---|---|---|---|---|---|---|---|---|---|")
@@ -149,7 +159,16 @@ def main(argv: list[str] | None = None) -> int:
                    help="total request rates (the canary gets its step's share)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--json", type=Path, help="also write every release's outcome here")
+    p.add_argument("--table-from", type=Path,
+                   help="print the table of a file --json wrote (no simulation)")
     args = p.parse_args(argv)
+    if args.table_from:
+        kept = json.loads(args.table_from.read_text())
+        print(f"a look every {kept['interval']:g} s and at the pause's end")
+        print(HEADER)
+        for d in kept["cells"]:
+            print(summary(from_raw(d)))
+        return 0
     started = time.monotonic()
     cells = []
     for i, (kind, share) in enumerate(SCENARIOS):

@@ -23,7 +23,7 @@ import math
 import sys
 import time
 from dataclasses import asdict, dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import numpy as np
@@ -34,6 +34,7 @@ sys.path.insert(0, str(ROOT / "operator"))
 
 from inference_rollout.api.spec import AnalysisSpec, MetricSpec, Step  # noqa: E402
 from inference_rollout.core import verdicts as an  # noqa: E402
+from inference_rollout.core.timeutil import to_iso  # noqa: E402
 from inference_rollout.core.types import Evidence, Measurement, MeasurementError  # noqa: E402
 
 #: vLLM V1's ``vllm:time_to_first_token_seconds`` bucket bounds (vllm/v1/metrics/loggers.py).
@@ -58,6 +59,11 @@ STAGES = [Step(weight=w) for w in (5, 20, 50, 100)]
 TTFT = next(m for m in an.effective_metrics(SPEC) if m.name == "slo-ttft-p99")
 ERRORS = MetricSpec(name="errors", template="error-rate", max=ERROR_MAX)
 NOW = datetime(2026, 12, 6, tzinfo=UTC)
+
+
+def step_key(index: int) -> str:
+    """The step's ``stepStartedAt`` as the status holds it (a moment: the CRD's pattern)."""
+    return to_iso(NOW + timedelta(hours=index))
 
 
 def latency_buckets(over: float) -> np.ndarray:
@@ -167,7 +173,7 @@ def release(rng: np.random.Generator, rule: str, rate: float, share: float, late
             verdict: str
             if rule == "Sequential":
                 prev = an.record(metric, prev, Measurement(None, evidence=ev), NOW,
-                                 RATES_SEQUENTIAL, step=f"step-{index}",
+                                 RATES_SEQUENTIAL, step=step_key(index),
                                  exposure=an.pass_exposure(STAGES, index))
                 verdict = prev.verdict or "Inconclusive"
             else:
@@ -240,7 +246,7 @@ def late_breakage(rng: np.random.Generator, rate: float, interval: float, good: 
             ev = Evidence(t, requests=total, errors=errors)
         m = Measurement(None, evidence=ev)
         if restarts:
-            prev = an.record(metric, prev, m, NOW, RATES_SEQUENTIAL, step="step")
+            prev = an.record(metric, prev, m, NOW, RATES_SEQUENTIAL, step=step_key(0))
             verdict = prev.verdict
         else:
             verdict = an.judge(metric, m, RATES_SEQUENTIAL).verdict
@@ -333,8 +339,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--late-only", action="store_true", help="only the late-breakage table")
     p.add_argument("--late-json", type=Path,
                    help="also write the late-breakage cells, every release's count, here")
+    p.add_argument("--table-from", type=Path,
+                   help="print the tables of files --json and --late-json wrote (no simulation)")
     args = p.parse_args(argv)
     assert RATES_SEQUENTIAL is not None
+    if args.table_from:
+        print(table([Cell(**d) for d in json.loads(args.table_from.read_text())]))
+        if args.late_json:
+            print(late_table([LateCell(**d) for d in json.loads(args.late_json.read_text())]))
+        return 0
     started = time.monotonic()
     late = late_cells(args.late_releases, args.seed)
     if args.late_only:

@@ -160,7 +160,7 @@ def test_tenant_a_cannot_reach_tenant_b_and_the_operator_touches_nothing_of_b(
 
     # 3. names from the status (anyone allowed to steer may patch it): refused by the CRD
     for field_name, value in (("canaryRevision", f"../../{b}/deployments/bank"),
-                              ("stableRevision", "bank")):
+                              ("stableRevision", "bank"), ("stepStartedAt", "yesterday")):
         with pytest.raises(ApiException) as refused:
             cluster.custom.patch_namespaced_custom_object_status(
                 GROUP, VERSION, a, PLURAL, "chat", {"status": {field_name: value}})

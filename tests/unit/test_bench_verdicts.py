@@ -30,7 +30,7 @@ def test_the_latency_distributions_have_the_stated_share_over_the_limit() -> Non
 
 
 def test_a_small_run_meets_the_targets() -> None:
-    assert bench.requests_to_fail_all_over() <= 5
+    assert bench.requests_to_fail_all_over() == 2  # the mixture (issue 30): its 2nd request
     healthy = bench.cell("Sequential", 2.0, 0.005, True, 200, 60.0, 4 * 3600.0, seed=3)
     assert healthy.rolled_back <= 2 and healthy.promoted >= 198
     bad = bench.cell("Sequential", 0.5, 0.05, True, 200, 60.0, 4 * 3600.0, seed=4)

@@ -33,9 +33,9 @@ def exposures(weights: tuple[int, ...] = WEIGHTS) -> list[float]:
 
 
 def test_a_pass_asks_for_the_share_of_the_weight_it_hands_on() -> None:
-    assert exposures() == [0.2, 0.5, 1.0, 1.0]
-    assert exposures((10, 60)) == [0.6, 1.0]
-    assert an.pass_exposure([Step(weight=5)], None) == 1.0
+    assert exposures() == [0.2, 0.5, 1.0, 2.0]  # the promotion: twice a step's evidence
+    assert exposures((10, 60)) == [0.6, 2.0]
+    assert an.pass_exposure([Step(weight=5)], None) == sq.PROMOTION_EXPOSURE
 
 
 @pytest.mark.parametrize(("p0", "minimum"), [(0.01, 2), (0.001, 2), (0.05, 3)])
@@ -63,14 +63,19 @@ def test_a_step_with_the_release_evidence_passes_on_its_own_minimum() -> None:
 
 def test_the_first_step_needs_its_share_and_the_last_the_whole() -> None:
     needed = math.log(1 / RATES.beta) / math.log(0.99 / 0.95)  # 111.7 clean requests
-    for exposure in (0.2, 0.5, 1.0):
+    for exposure in (0.2, 0.5, 1.0, 2.0):
         n = math.ceil(exposure * needed)
         assert sq.bernoulli(n, 0, 0, 0.01, RATES, exposure=exposure).verdict == "Pass"
         o = sq.bernoulli(n - 1, 0, 0, 0.01, RATES, exposure=exposure)
         assert (o.verdict, o.more_requests) == ("Inconclusive", 1)
-    # 60 clean before, 52 in the promoting step: the release's 112
+    # 60 clean before, 52 in the step that hands on all traffic: the release's 112
     assert sq.bernoulli(52, 0, 0, 0.01, RATES, carried=sq.Carried(60, 0)).verdict == "Pass"
     assert sq.bernoulli(51, 0, 0, 0.01, RATES, carried=sq.Carried(60, 0)).verdict != "Pass"
+    # the promotion: 224 in the release (⌈2 × 111.7⌉)
+    assert sq.bernoulli(124, 0, 0, 0.01, RATES, carried=sq.Carried(100, 0),
+                        exposure=2.0).verdict == "Pass"
+    assert sq.bernoulli(123, 0, 0, 0.01, RATES, carried=sq.Carried(100, 0),
+                        exposure=2.0).verdict != "Pass"
 
 
 def _release_probabilities(p: float, p0: float, per_step: int,
@@ -109,12 +114,12 @@ def _release_probabilities(p: float, p0: float, per_step: int,
 @pytest.mark.parametrize("p0", [0.05, 0.01])
 def test_a_bad_canary_is_handed_weight_w_at_most_beta_to_the_w_over_100(p0: float) -> None:
     """The guarantee in plain words, exactly: moved to 20 % ≤ β^0.2, to 50 % ≤ β^0.5, to 100 %
-    and promoted ≤ β, with its bad share exactly p1 (worse shares pass less)."""
+    ≤ β and promoted ≤ β², with its bad share exactly p1 (worse shares pass less)."""
     per_step = 60 if p0 == 0.05 else 150
     handed, _ = _release_probabilities(sq.alternative(p0), p0, per_step, exposures())
     bounds = [RATES.beta ** e for e in exposures()]
     assert all(h <= b for h, b in zip(handed, bounds, strict=True)), (handed, bounds)
-    assert handed[-1] <= RATES.beta  # promoted
+    assert handed[-1] <= RATES.beta ** 2  # promoted
     # not vacuous: the early steps do let a bad canary through sometimes (the fail side and the
     # later steps catch it), which is the price of a fast healthy release
     assert handed[0] > 0.05
@@ -122,8 +127,9 @@ def test_a_bad_canary_is_handed_weight_w_at_most_beta_to_the_w_over_100(p0: floa
 
 def test_a_healthy_canary_at_5_percent_errors_limit_goes_through_on_the_release_evidence() -> None:
     """At p0 = 5 % a healthy canary (1 %) passing each step on its own would need ~20 clean
-    requests per step; carried, the release needs ~20 in all and each later step its 3."""
-    handed, failed = _release_probabilities(0.01, 0.05, 25, exposures())
+    requests per step; carried, the release needs ~20 to reach 100 % and ~40 to be promoted,
+    each step at least its own 3."""
+    handed, failed = _release_probabilities(0.01, 0.05, 40, exposures())
     assert handed[-1] > 0.95 and failed < RATES.alpha * 4
 
 

@@ -52,3 +52,21 @@ def test_a_status_naming_another_namespaces_object_is_refused_and_nothing_else_h
     kube.calls.clear()
     asyncio.run(reconcile(deps, body))
     assert kube.calls == []
+
+
+def test_a_status_moment_that_is_not_a_timestamp_is_refused_naming_the_field() -> None:
+    """The core parses every moment the status holds (``stepStartedAt``, ``abortedAt``, the
+    cost's ``startedAt``, …): one that is not a timestamp used to fail that rollout's reconcile
+    on every call; it is Valid=False naming the field, and the CRD refuses the write."""
+    kube = Recording()
+    deps = Deps(kube=kube, post_event=no_events)
+    body = {"metadata": {"namespace": "team-a", "name": "chat", "uid": "u", "generation": 3,
+                         "resourceVersion": "7"},
+            "spec": with_changes(),
+            "status": {"stableRevision": "0123456789", "canaryRevision": "abcdef0123",
+                       "canaryWeight": 20, "currentStep": 0, "stepStartedAt": "yesterday"}}
+    asyncio.run(reconcile(deps, body))
+    assert [c[0] for c in kube.calls] == ["merge_patch"], kube.calls
+    valid = next(c for c in kube.calls[0][2]["status"]["conditions"] if c["type"] == "Valid")
+    assert valid["status"] == "False" and valid["reason"] == r.INVALID_STATUS
+    assert "status.stepStartedAt" in valid["message"], valid["message"]

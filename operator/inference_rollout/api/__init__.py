@@ -21,6 +21,10 @@ DNS_1123_LABEL = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 DNS_1123_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 #: A revision as the status records it: the template hash's hex characters, nothing else.
 REVISION_PATTERN = f"^[0-9a-f]{{{HASH_LENGTH}}}$"
+#: A moment as the status records it (RFC 3339, UTC as the operator writes it: ``…T12:00:00.000Z``,
+#: or with an offset): a status field that holds anything else cannot parse (Valid=False).
+TIMESTAMP_PATTERN = (r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,9})?"
+                     r"(Z|[+-][0-9]{2}:[0-9]{2})$")
 
 #: Labels put on every object the operator creates, so PromQL and kubectl can select a revision.
 LABEL_ROLLOUT = f"{GROUP}/rollout"

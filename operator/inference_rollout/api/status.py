@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 from pydantic.alias_generators import to_camel
 
-from . import DRILL_ID_PATTERN, HASH_LENGTH, REVISION_PATTERN
+from . import DRILL_ID_PATTERN, HASH_LENGTH, REVISION_PATTERN, TIMESTAMP_PATTERN
 
 Phase = Literal["Healthy", "Progressing", "Paused", "Degraded"]
 Verdict = Literal["Pass", "Fail", "Error", "Inconclusive"]
@@ -25,15 +25,19 @@ ConditionStatus = Literal["True", "False", "Unknown"]
 #: rule) is ``Valid=False`` and acted on by nothing (reconciler.py).
 Revision = Annotated[str, Field(pattern=REVISION_PATTERN, max_length=64)]
 DrillId = Annotated[str, Field(pattern=DRILL_ID_PATTERN, max_length=32)]
+#: Every moment the status holds: the core parses them, so anything else is refused by the CRD
+#: (and a status that holds one from before this rule is Valid=False, never a crash loop).
+Timestamp = Annotated[str, Field(pattern=TIMESTAMP_PATTERN, max_length=40)]
 #: At most this many old revisions wait for their scale-down (each promotion adds one; each goes
 #: after its delay): a bound the CRD's CEL cost estimate needs.
 MAX_OLD_REVISIONS = 100
 #: The CRD cannot put a pattern on map keys: a CEL rule checks them.
 OldRevisions = Annotated[
-    dict[Revision, str],
+    dict[Revision, Timestamp],
     WithJsonSchema({
         "type": "object", "maxProperties": MAX_OLD_REVISIONS,
-        "additionalProperties": {"type": "string", "maxLength": 64},
+        "additionalProperties": {"type": "string", "maxLength": 40,
+                                 "pattern": TIMESTAMP_PATTERN},
         "x-kubernetes-validations": [{
             "rule": f"self.all(r, r.matches('{REVISION_PATTERN}'))",
             "message": "status.oldRevisions: keys must be revisions (the pod template's hash: "
@@ -55,7 +59,7 @@ class Condition(StatusModel):
     status: ConditionStatus
     reason: str
     message: str = ""
-    last_transition_time: str
+    last_transition_time: Timestamp
     observed_generation: int | None = None
 
 
@@ -91,7 +95,7 @@ class MetricResult(StatusModel):
     verdict: Verdict | None = None
     samples: float | None = None
     error: str | None = None
-    measured_at: str | None = None
+    measured_at: Timestamp | None = None
     consecutive_failures: int = 0
     consecutive_errors: int = 0
     passes: int = 0
@@ -108,7 +112,7 @@ class MetricResult(StatusModel):
     restarts: list[RestartPoint] = Field(
         default_factory=list, max_length=KEPT_RESTARTS,
         description="The latest looks the sequential test restarts from (late breakage).")
-    restart_step: str | None = Field(
+    restart_step: Timestamp | None = Field(
         None, description="The step the restarts belong to (its stepStartedAt).")
     carried: CarriedCounts | None = Field(
         None, description="The release's earlier steps' counts, which the sequential test's "
@@ -120,7 +124,7 @@ class ReleaseCost(StatusModel):
     kept for the current release, and for the last one until the next begins."""
 
     revision: Revision = Field(description="The release's (canary) revision.")
-    started_at: str = Field(description="When the operator saw the new template.")
+    started_at: Timestamp = Field(description="When the operator saw the new template.")
     steps_reached_after: list[float] = Field(
         default_factory=list, max_length=64,
         description="Seconds from the start until each step's weight was in force (the "
@@ -141,7 +145,7 @@ class ReleaseCost(StatusModel):
         "period: from its weight in force to its last look).")
     rolled_back_requests: float = Field(
         0.0, ge=0, description="Of those, answered by a canary that was then rolled back.")
-    accounted_at: str | None = Field(
+    accounted_at: Timestamp | None = Field(
         None, description="Until when pod-seconds are counted (the last reconcile).")
     step_requests: dict[str, float] = Field(
         default_factory=dict, max_length=64,
@@ -158,7 +162,8 @@ class EvaluationResult(StatusModel):
     canary_score: float | None = Field(None, description="Canary's score, points 0-100.")
     stable_score: float | None = Field(None, description="Stable's score, points 0-100.")
     verdict: Literal["Pass", "Fail", "Error"]
-    measured_at: str
+    measured_at: Timestamp | None = Field(
+        None, description="When it ran; empty after a resume (the next run is due at once).")
     message: str = ""
     consecutive_errors: int = 0
 
@@ -169,7 +174,7 @@ class EvaluationRun(StatusModel):
     kill for memory), which counts as an error and waits an interval, never a run again at once."""
 
     revision: Revision
-    started_at: str
+    started_at: Timestamp
 
 
 class Requests(StatusModel):
@@ -193,10 +198,10 @@ class InferenceRolloutStatus(StatusModel):
     canary_revision: Revision | None = None
     current_step: int | None = Field(None, description="0-based index into spec.strategy.steps.")
     canary_weight: int = 0
-    step_entered_at: str | None = Field(
+    step_entered_at: Timestamp | None = Field(
         None, description="When the current step began (its progress deadline counts from here)."
     )
-    step_started_at: str | None = Field(
+    step_started_at: Timestamp | None = Field(
         None, description="When the current step's weight was reached (its hold starts here)."
     )
     weight_replicas: int | None = Field(
@@ -204,10 +209,10 @@ class InferenceRolloutStatus(StatusModel):
         "needs: the capacity guard counts lost canary pods against that fleet, so a scale-up "
         "is not taken for lost pods (the weight holds while the canary grows).",
     )
-    last_analysis_at: str | None = None
+    last_analysis_at: Timestamp | None = None
     aborted: bool = False
     abort_reason: str | None = None
-    aborted_at: str | None = None
+    aborted_at: Timestamp | None = None
     paused_reason: str | None = None
     old_revisions: OldRevisions = Field(
         default_factory=dict,

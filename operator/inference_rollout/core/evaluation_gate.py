@@ -146,4 +146,4 @@ def reset_errors(status: InferenceRolloutStatus) -> None:
     """On resume: the error count starts again (the next run is due at once)."""
     ev = status.evaluation
     if ev is not None and ev.verdict == "Error":
-        status.evaluation = ev.model_copy(update={"consecutive_errors": 0, "measured_at": ""})
+        status.evaluation = ev.model_copy(update={"consecutive_errors": 0, "measured_at": None})

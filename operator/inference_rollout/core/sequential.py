@@ -48,17 +48,19 @@ side tests the release's counts (``carried``: every earlier step's, plus this st
 fail side keeps testing each step's own traffic (load changes latency).  ``1/LR(p1:p0)`` over the
 release is one supermartingale when the canary's share is ≥ p1 at every step, so by Ville it
 *ever* reaches ``(1/β)^c`` with probability ≤ ``β^c``.  A step that hands the canary the weight
-``w`` (the next step's; 100 % for the promotion after the last) asks for ``c = w/100`` of the
-evidence: a canary with ≥ p1 bad requests is moved to 20 % with probability ≤ β^0.2, to 50 % ≤
-β^0.5, and promoted ≤ β, while a healthy one needs 22, 56 and 112 clean requests in the whole
-release instead of 112 at every step.  Each step still needs its own evidence too: at least the
-requests that would fail it if every one were bad (:func:`step_minimum`, 2 or 3), and its own
-counts not leaning bad (``LR(p0:p1) ≥ 1``), so a canary that breaks grossly at a step's load
-is rolled back there, never moved on.
+``w`` (the next step's) asks for ``c = w/100`` of the evidence, the promotion after the last
+step for ``c = 2`` (:data:`PROMOTION_EXPOSURE`): a canary with ≥ p1 bad requests is moved to
+20 % with probability ≤ β^0.2, to 50 % ≤ β^0.5, to 100 % ≤ β and promoted ≤ β², while a healthy
+one needs 23, 56, 112 and 224 clean requests in the whole release instead of 112 at every step
+(the last ones arrive fast: that step carries all the traffic).  Each step still needs its
+own evidence too: at least the requests that would fail it if every one were bad
+(:func:`step_minimum`, 2 or 3), and its own counts not leaning bad (``LR(p0:p1) ≥ 1``), so a
+canary that breaks grossly at a step's load is rolled back there, never moved on.
 
 ``α`` per test: the spec's ``falseRollbackRate`` divided by (metrics × steps) (Bonferroni: each
 step restarts every metric's fail side, any one can roll back).  ``β``: ``falseRollbackRate``,
-the chance per metric that a canary with ≥ p1 bad requests is promoted.
+the chance per metric that a canary with ≥ p1 bad requests is handed all traffic (β² that it
+is promoted).
 
 Counts from Prometheus ``increase()`` are extrapolated and may be fractional: each side rounds
 against itself (to fail: bad counts down, requests up; to pass: bad counts up, requests down).
@@ -114,6 +116,12 @@ class Carried:
 
 #: The first step's: nothing before it.
 NOTHING_CARRIED = Carried()
+
+#: The share of ``ln(1/β)`` a promotion needs: a promoted canary takes all traffic from then on,
+#: so it must show twice a step's evidence; a canary at p1 is promoted with probability ≤ β²
+#: (10⁻⁴ with the default), as when every step had to pass on its own, and the last step, which
+#: carries the most traffic, pays for it in seconds (module doc).
+PROMOTION_EXPOSURE = 2.0
 
 
 @dataclass(frozen=True)
@@ -241,7 +249,7 @@ def bernoulli(requests: float, sure_bad: float, possible_bad: float, p0: float,
     pass_bad = min(_up(possible_bad), pass_n)
     release = -log_lr(pass_bad + carried.bad, pass_n + carried.requests, p0, p1)
     own = -log_lr(pass_bad, pass_n, p0, p1)
-    needed = min(1.0, max(0.0, exposure)) * math.log(1 / rates.beta)
+    needed = max(0.0, exposure) * math.log(1 / rates.beta)
     minimum = step_minimum(p0, rates)
     if release >= needed and own >= 0 and pass_n >= minimum:
         return Outcome("Pass", pass_n, pass_bad, p_value, 0, carried=carried)

@@ -271,10 +271,10 @@ def _carried(metric: MetricSpec, prev: MetricResult, step: str | None) -> Carrie
 
 def pass_exposure(steps: list[Step], index: int | None) -> float:
     """The weight, over 100, that passing step ``index`` hands the canary: the next step's, or
-    all traffic for the promotion after the last.  The pass side asks for that share of its
-    evidence (:func:`.sequential.bernoulli`)."""
+    :data:`.sequential.PROMOTION_EXPOSURE` for the promotion after the last (all traffic, from
+    then on).  The pass side asks for that share of its evidence (:func:`.sequential.bernoulli`)."""
     if index is None or index + 1 >= len(steps):
-        return 1.0
+        return sq.PROMOTION_EXPOSURE
     return steps[index + 1].weight / 100
 
 
