@@ -175,3 +175,14 @@ def test_gemma3_example_fits_only_with_the_hybrid_kv_cache_manager(tmp_path: Pat
     off.write_text(example.read_text().replace('"4"]', '"4", --disable-hybrid-kv-cache-manager]'))
     code, out = budget(off, "json")
     assert code == EXIT_FINDINGS and json.loads(out)["findings"][0]["code"] == "P2-KV-POOL"
+
+
+def test_the_lora_example_prints_what_docs_budget_shows(capsys: pytest.CaptureFixture[str]) -> None:
+    """docs/budget.md, "LoRA adapters": the example's whole output, as the doc quotes it."""
+    example = EXAMPLES / "llama-3.1-8b-lora.yaml"
+    assert main(["lint", "-f", str(example)]) == EXIT_OK
+    out = capsys.readouterr().out
+    doc = (EXAMPLES.parents[1] / "docs" / "budget.md").read_text()
+    shown = "examples/budget/llama-3.1-8b-lora.yaml"
+    quoted = doc.split(f"$ kubectl inference-rollout lint -f {shown}\n", 1)[1].split("```")[0]
+    assert out.replace(str(example), shown) == quoted

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .dtypes import KV_CACHE_DTYPE_PREFIXES, KV_CACHE_DTYPES, VLLM_DTYPES
+from .lora import LORA_DTYPES, LORA_FLAGS, LORA_RANKS, LoraConfig
 from .units import parse_human_int
 from .vllm_defaults import DEFAULT_GPU_MEMORY_UTILIZATION
 
@@ -61,6 +62,8 @@ class VllmArgs:
     enable_chunked_prefill: bool | None = None  # None: vLLM's default, on for generative models
     hybrid_kv_cache: bool = True  # False: --disable-hybrid-kv-cache-manager (all layers full)
     context_overridden: bool = False  # --hf-overrides / --rope-scaling may extend the context
+    lora: LoraConfig | None = None  # --enable-lora and its flags
+    lora_flags: frozenset[str] = frozenset()  # the LoRA flags given (with or without enabling)
 
     @property
     def gpus_per_replica(self) -> int:
@@ -76,7 +79,12 @@ _BOOLEAN_FLAGS = frozenset({
     "--trust-remote-code", "--enforce-eager", "--skip-tokenizer-init", "--async-scheduling",
     "--headless", "--disable-log-stats", "--disable-log-requests", "--return-tokens-as-token-ids",
     "--allow-credentials", "--use-tqdm-on-load", "--calculate-kv-scales",
+    "--fully-sharded-loras",
 })
+#: Flags that take every value up to the next flag (argparse ``nargs='+'``): the values are kept
+#: joined by NUL, so they are neither lost nor taken for the model's positional name.
+_MULTI_VALUE_FLAGS = frozenset({"--lora-modules"})
+MULTI_VALUE_SEPARATOR = "\0"
 _BOOLEAN_WORDS = {"true": "true", "false": "false", "1": "true", "0": "false"}
 _LAUNCHER_WORDS = frozenset({"vllm", "serve", "python", "python3", "exec", "env",
                              "vllm.entrypoints.openai.api_server"})
@@ -164,6 +172,12 @@ def _tokenize(argv: Sequence[str]) -> tuple[dict[str, str | None], list[str]]:
             word = _BOOLEAN_WORDS.get((following or "").lower())
             options[flag] = word
             i += word is not None
+        elif flag in _MULTI_VALUE_FLAGS:
+            values = []
+            while i + 1 < len(tokens) and not _looks_like_flag(tokens[i + 1]):
+                values.append(tokens[i + 1])
+                i += 1
+            options[flag] = MULTI_VALUE_SEPARATOR.join(values) if values else None
         elif following is not None and not _looks_like_flag(following):
             options[flag] = following
             i += 1
@@ -289,6 +303,37 @@ def _speculative(options: dict[str, str | None]) -> SpeculativeConfig | None:
     )
 
 
+def _lora(options: dict[str, str | None]) -> LoraConfig | None:
+    """The LoRA flags, checked as vLLM checks them (config/lora.py), when LoRA is enabled."""
+    enabled = "--enable-lora" in options and _boolean("--enable-lora", options["--enable-lora"])
+    if not enabled:
+        return None
+    max_loras = (_positive_int("--max-loras", options["--max-loras"])
+                 if "--max-loras" in options else 1)
+    rank = (_positive_int("--max-lora-rank", options["--max-lora-rank"])
+            if "--max-lora-rank" in options else 16)
+    if rank not in LORA_RANKS:
+        raise VllmArgsError("--max-lora-rank", f"{rank} is not one of "
+                            f"{', '.join(map(str, sorted(LORA_RANKS)))}")
+    cpu: int | None = None
+    if "--max-cpu-loras" in options:
+        cpu = _typed("--max-cpu-loras", options["--max-cpu-loras"], int, "an integer")
+        if cpu is not None and cpu <= 0:
+            cpu = None  # vLLM: unset or ≤ 0 means --max-loras
+        if cpu is not None and cpu < max_loras:
+            raise VllmArgsError("--max-cpu-loras", f"{cpu} must be at least --max-loras "
+                                f"({max_loras}): vLLM keeps every loaded adapter in CPU memory too")
+    adapters = options.get("--lora-modules") or ""
+    return LoraConfig(
+        max_loras=max_loras, max_lora_rank=rank, max_cpu_loras=cpu,
+        lora_dtype=(_choice("--lora-dtype", options["--lora-dtype"], LORA_DTYPES)
+                    if "--lora-dtype" in options else "auto"),
+        fully_sharded=("--fully-sharded-loras" in options
+                       and _boolean("--fully-sharded-loras", options["--fully-sharded-loras"])),
+        static_adapters=len([a for a in adapters.split(MULTI_VALUE_SEPARATOR) if a.strip()]),
+    )
+
+
 def _model(options: dict[str, str | None], positionals: list[str]) -> str | None:
     if "serve" in positionals:
         after_serve = positionals[positionals.index("serve") + 1:]
@@ -349,4 +394,6 @@ def parse_vllm_args(argv: Sequence[str]) -> VllmArgs:
         hybrid_kv_cache=not (given("--disable-hybrid-kv-cache-manager") and _boolean(
             "--disable-hybrid-kv-cache-manager", options["--disable-hybrid-kv-cache-manager"])),
         context_overridden=any(given(f) for f in _CONTEXT_FLAGS),
+        lora=_lora(options),
+        lora_flags=frozenset(f for f in LORA_FLAGS if given(f)),
     )

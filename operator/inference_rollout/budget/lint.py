@@ -19,6 +19,7 @@ from .args import VllmArgs, VllmArgsError, parse_vllm_args
 from .facts import ManifestError, ReleaseFacts, facts_from_manifest
 from .findings import Finding, Severity, arg_field, qualify_field
 from .gpu import GpuSpec
+from .lora import RUNTIME_UPDATING_ENV, lora_findings
 from .memory import MemoryBudget, compute_budget
 from .precision import quantization_gate
 from .presets import PRESETS, ModelArchitecture, preset_for_model
@@ -191,6 +192,7 @@ def lint_release(facts: ReleaseFacts) -> LintResult:
     model = facts.model or preset_for_model(args.model)
     budget, budget_findings = _budget(facts, args, gpu, model)
     findings = [*_tensor_parallel(args, model), *budget_findings,
+                *lora_findings(args.lora, args.lora_flags, _env_true(facts, RUNTIME_UPDATING_ENV)),
                 *_batch_and_speculation(facts, args, gpu, model),
                 *quantization_gate(facts, args, model), *analysis]
     qualified = [Finding(f.code, f.severity, qualify_field(f.field, facts.container_path),
@@ -240,6 +242,11 @@ def _tensor_parallel(args: VllmArgs, model: ModelArchitecture | None) -> list[Fi
         f"--tensor-parallel-size {tp} does not divide {model.name}'s {' and '.join(problems)}, "
         f"so vLLM refuses to start. Use one of {', '.join(map(str, sizes))}",
     )]
+
+
+def _env_true(facts: ReleaseFacts, name: str) -> bool:
+    """A vLLM boolean env var (``envs.py``: "1" or "true", any case)."""
+    return (facts.container_env.get(name) or "").strip().lower() in ("1", "true")
 
 
 def _allows_long_context(facts: ReleaseFacts) -> bool:

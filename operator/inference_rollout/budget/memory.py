@@ -35,6 +35,7 @@ from .dtypes import (
 from .findings import Finding, Severity, arg_field, model_field
 from .gpu import GpuSpec
 from .kv import KvLayout, kv_layout
+from .lora import lora_budget_note, lora_bytes_per_gpu
 from .presets import ModelArchitecture, preset_for_model
 from .units import GIB, gib
 from .vllm_defaults import (
@@ -189,6 +190,11 @@ def compute_budget(model: ModelArchitecture, args: VllmArgs, gpu: GpuSpec, *,
         draft_layers_gpu = _draft_layers(draft, model, kv_element, draft_tp, tp, pp)
         draft_layers_whole = _draft_layers(draft, model, kv_element, 1, 1, 1)
     weights = max(0.0, weights - args.cpu_offload_gb * GIB)
+    if args.lora is not None:  # allocated while the model loads: out of the pool like weights
+        lora = lora_bytes_per_gpu(model, args.lora, args.dtype, estimated_hidden_size(model),
+                                  tp, pp)
+        weights += lora or 0
+        findings.append(lora_budget_note(lora, args.lora))
     layout = kv_layout(model, kv_element, tensor_parallel=tp, pipeline_parallel=pp,
                        block_size=block, batched_tokens=batched_tokens,
                        hybrid=args.hybrid_kv_cache, extra_full_layers=draft_layers_gpu)
