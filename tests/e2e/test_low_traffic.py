@@ -25,9 +25,10 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(420)]
 
 #: "about 4 req/s in all" (issue 10)
 RATE = 4.0
-#: A canary whose every request breaches, at 0.2 req/s: the 2nd request decides (issue 30), and
-#: the 3rd is often already on its way (its TTFT alone is 2 s; a look every 5 s after a 1 s scrape)
-CANARY_ANSWERS_AT_MOST = 4
+#: A canary whose every request breaches, at 0.2 req/s: the 2nd request decides (issue 30); the
+#: 3rd is often already on its way (its TTFT alone is 2 s; a look every 5 s after a 1 s scrape),
+#: and Prometheus' increase() may count 1.9 of 2 (the fail side rounds down): one look later
+CANARY_ANSWERS_AT_MOST = 5
 SEQUENTIAL: dict[str, Any] = {"verdicts": "Sequential", "slo": {"ttftP99": "300ms"}}
 
 
