@@ -982,6 +982,11 @@ def test_sequential_looks_after_every_scrape_and_window_every_interval() -> None
                                     last_analysis_at=to_iso(now - timedelta(seconds=14)))
     assert not analysis_due(spec, status, now)
     assert analysis_due(spec, status, now + timedelta(seconds=1))
+    # a measurement that failed backs off to the interval: consecutiveErrorLimit (4) still
+    # means 4 minutes of a broken Prometheus, not 4 scrapes
+    status.analysis = {"slo-ttft-p99": MetricResult(verdict="Error", consecutive_errors=1)}
+    assert not analysis_due(spec, status, now + timedelta(seconds=1))
+    assert analysis_due(spec, status, now + timedelta(seconds=46))
 
 
 def test_decide_is_pure_and_deterministic() -> None:

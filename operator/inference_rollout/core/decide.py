@@ -117,7 +117,7 @@ def analysis_due(spec: InferenceRolloutSpec, status: InferenceRolloutStatus, now
         return True
     if started is not None and last <= started:
         return True  # a measurement at the instant the weight changed saw the previous weight
-    if (now - last).total_seconds() >= spec.analysis.look_every_seconds:
+    if (now - last).total_seconds() >= _look_every(spec, status):
         return True
     hold_end = _hold_end(spec, status)
     return hold_end is not None and now >= hold_end > last
@@ -999,8 +999,17 @@ def _wake_for_analysis(run: _Run) -> None:
     if not run.spec.analysis.effective_metrics:
         return
     last = from_iso(run.status.last_analysis_at)
-    every = run.spec.analysis.look_every_seconds
+    every = _look_every(run.spec, run.status)
     run.wake_in(every if last is None else every - (run.now - last).total_seconds())
+
+
+def _look_every(spec: InferenceRolloutSpec, status: InferenceRolloutStatus) -> float:
+    """After every scrape under ``Sequential`` (``look_every_seconds``), but every ``interval``
+    while a metric's last measurement was an error: ``consecutiveErrorLimit`` then still means
+    that many intervals of a broken Prometheus, not that many scrapes."""
+    if any(r.verdict == "Error" for r in status.analysis.values()):
+        return spec.analysis.interval_seconds
+    return spec.analysis.look_every_seconds
 
 
 def _waiting_for_gateway(run: _Run) -> str:
