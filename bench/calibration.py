@@ -1,0 +1,174 @@
+"""Calibration on real parts (issue 30, item 5): short releases through Traefik and the sandbox's
+Prometheus, decided by the production rule, counted where users meet them.
+
+    .venv/bin/python bench/calibration.py [--lanes 3] [--releases 6] [--rate 4]
+        [--scenarios healthy gross errors5] [--timeout 600] [--json PATH]
+
+Method: ``--lanes`` rollouts in one namespace (two simulator pods each), each with its own load
+of ``--rate`` req/s through Traefik, kept by a :class:`TrafficWatch` (every answer: revision,
+TTFT, error).  Each lane releases ``--releases`` templates one after the other, cycling through
+``--scenarios``: ``healthy`` (5 ms to the first token), ``gross`` (2 s: every request over the
+SLO's breach line, 0.45 s), ``errors5`` (the simulator fails 5 % of requests: five times the
+1 % limit).  The rule is ``Sequential`` at its defaults (falseRollbackRate 1 %) on
+``ttftP99: 300ms`` and an error rate ≤ 1 %, steps 5/20/50/100 % with 30 s holds; the sandbox's
+cadence (a look every 5 s on 1 s scrapes) rather than production's 1m/30 s, so a run takes
+minutes.  Per release: the outcome (promoted, rolled back, or none in ``--timeout``), the time
+to it and to traffic all on stable, and the canary's answers counted at the gateway (bad ones:
+TTFT over 0.45 s, or an error).  The simulator cannot put 5 % of latencies over a limit (its TTFT
+is one number), so the "5 % over" cell of the simulation has no sandbox twin here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import threading
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from common import RESULTS, Bench, percentile
+
+from irsandbox.harness import TrafficWatch
+from irsandbox.manifests import sandbox_rollout, with_template
+from irsandbox.story import Release
+
+STEPS = [{"weight": 5, "pause": "30s"}, {"weight": 20, "pause": "30s"},
+         {"weight": 50, "pause": "30s"}, {"weight": 100}]
+SCENARIOS: dict[str, dict[str, Any]] = {"healthy": {}, "gross": {"ttft_ms": 2000},
+                                        "errors5": {"failure_rate": 5}}
+BREACH_S = 0.45  # ttftP99 300ms × 1.5
+
+
+@dataclass
+class Outcome:
+    lane: int
+    scenario: str
+    revision: str
+    outcome: str  # promoted | rolled back | none
+    seconds: float  # from the template change to the outcome
+    to_stable: float | None  # rolled back: until the route was all on stable
+    canary_answers: int
+    bad_answers: int
+
+
+def _lane(bench: Bench, lane: int, args: argparse.Namespace, out: list[Outcome]) -> None:
+    manifest = sandbox_rollout(
+        f"cal{lane}", prometheus=bench.env["PROMETHEUS_URL"], steps=STEPS,
+        analysis={"verdicts": "Sequential", "slo": {"ttftP99": "300ms"}})
+    rel = Release(bench.observer_client(), bench.op, bench.ns, manifest)  # a client per lane
+    rel.apply()
+    stable = rel.wait_healthy(timeout=180)["stableRevision"]
+    watch = TrafficWatch(bench.env, rel.host, rate=args.rate).start()
+    spans: list[tuple[Outcome, float, float]] = []
+    seen = {stable}
+    try:
+        for i in range(args.releases):
+            scenario = args.scenarios[i % len(args.scenarios)]
+            began = time.time()
+            rel.apply(with_template(manifest, version=f"v{lane}-{i}", **SCENARIOS[scenario]))
+            canary = rel.wait(lambda s: s.get("canaryRevision") not in (None, *seen), 120,
+                              "a canary")["canaryRevision"]
+            seen.add(canary)
+            try:
+                st = rel.wait(lambda s, c=canary: s.get("stableRevision") == c
+                              or s.get("aborted"), args.timeout, "an outcome")
+            except AssertionError:
+                st = {}
+            decided = time.time()
+            if st.get("stableRevision") == canary:
+                o = Outcome(lane, scenario, canary, "promoted", decided - began, None, 0, 0)
+                stable = canary
+            elif st.get("aborted"):
+                route_back = _wait_route(rel, stable)
+                o = Outcome(lane, scenario, canary, "rolled back", decided - began,
+                            route_back - began if route_back else None, 0, 0)
+            else:
+                o = Outcome(lane, scenario, canary, "none", decided - began, None, 0, 0)
+            spans.append((o, began, time.time()))
+            out.append(o)
+            print(f"lane {lane} release {i} {scenario}: {o.outcome} after {o.seconds:.0f}s",
+                  flush=True)
+    finally:
+        report = watch.stop()
+    for o, began, ended in spans:  # the canary's answers, counted at the gateway
+        answers = [r for r in report.results if r.revision == o.revision
+                   and began <= report.started_at + r.started <= ended]
+        o.canary_answers = len(answers)
+        o.bad_answers = sum(1 for r in answers if r.error or (r.ttft or 0) > BREACH_S)
+
+
+def _wait_route(rel: Any, stable: str, timeout: float = 30) -> float | None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if rel.route().get(stable) == 100:
+            return time.time()
+        time.sleep(0.2)
+    return None
+
+
+def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """The 95 % Wilson interval of a proportion k/n."""
+    if n == 0:
+        return math.nan, math.nan
+    p = k / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def table(outcomes: list[Outcome]) -> str:
+    lines = ["| scenario | releases | promoted (95 % CI) | rolled back (95 % CI) | none | time to "
+             "outcome: median / max | bad answers served: median / max |",
+             "|---|---|---|---|---|---|---|"]
+    for name in SCENARIOS:
+        rows = [o for o in outcomes if o.scenario == name]
+        if not rows:
+            continue
+        n = len(rows)
+        cells = []
+        for what in ("promoted", "rolled back"):
+            k = sum(o.outcome == what for o in rows)
+            lo, hi = wilson(k, n)
+            cells.append(f"{k} ({100 * lo:.0f}–{100 * hi:.0f} %)")
+        secs = [o.seconds for o in rows]
+        bad = [float(o.bad_answers) for o in rows]
+        lines.append(f"| {name} | {n} | {' | '.join(cells)} | "
+                     f"{sum(o.outcome == 'none' for o in rows)} | {percentile(secs, 50):.0f} s / "
+                     f"{max(secs):.0f} s | {percentile(bad, 50):.0f} / {max(bad):.0f} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--lanes", type=int, default=3)
+    p.add_argument("--releases", type=int, default=6, help="releases per lane")
+    p.add_argument("--rate", type=float, default=4.0, help="req/s through Traefik, per lane")
+    p.add_argument("--scenarios", nargs="+", default=list(SCENARIOS), choices=list(SCENARIOS))
+    p.add_argument("--timeout", type=float, default=600, help="seconds a release may take")
+    p.add_argument("--json", help="write every release here (default .sandbox/bench/)")
+    args = p.parse_args(argv)
+    bench = Bench("calibration", args)
+    bench.op.start()
+    outcomes: list[Outcome] = []
+    lanes = [threading.Thread(target=_lane, args=(bench, i, args, outcomes), daemon=True)
+             for i in range(args.lanes)]
+    try:
+        for t in lanes:
+            t.start()
+        for t in lanes:
+            t.join()
+    finally:
+        bench.finish()
+    print(table(outcomes))
+    path = args.json or str(RESULTS / f"calibration-{bench.tag}.json")
+    with open(path, "w") as f:
+        json.dump({**bench.info, "seconds": bench.elapsed(),
+                   "releases": [asdict(o) for o in outcomes]}, f, indent=1)
+    print(f"({bench.elapsed():.0f} s; {path})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
