@@ -562,14 +562,24 @@ patch_copy_replaces() {
   } >>"${src}/go.mod"
 }
 
+# Minutes each step takes from empty caches on a 2-core machine (docs/sandbox.md, "Build time":
+# 22 min for the sandbox's steps on a nearly idle machine; Traefik 6, Prometheus 2, the metrics
+# adapter 5, Helm 3 4), for the progress lines: an estimate, printed, never waited on.
+declare -A COLD_MINUTES=([apt]=1 [crds]=1 [kwok]=3 [sim]=4 [helm]=4 [helm3]=4 [etcd]=2
+  [kubernetes]=9 [prometheus]=2 [prometheus_adapter]=5 [traefik]=6 [peers]=20)
+
 main() {
   command -v go >/dev/null || die "go is not installed (need Go >= 1.26)"
   command -v jq >/dev/null || die "jq is not installed (apt-get install -y jq)"
   local steps=("$@")
   ((${#steps[@]})) || steps=(apt crds kwok sim helm helm3 etcd kubernetes prometheus prometheus_adapter traefik)
   log build "cache ${IR_CACHE}; $(go version)"
-  local s lock
+  local s lock left=0
+  for s in "${steps[@]}"; do left=$((left + ${COLD_MINUTES[${s}]:-1})); done
   for s in "${steps[@]}"; do
+    # A cached step takes seconds; the estimate is for one that builds from nothing.
+    log "${s}" "cold ≈ ${COLD_MINUTES[${s}]:-1} min on 2 cores; at most ≈ ${left} min left in this build"
+    left=$((left - ${COLD_MINUTES[${s}]:-1}))
     declare -F "step_${s}" >/dev/null || die "unknown step ${s} (steps: apt crds kwok sim helm helm3 etcd kubernetes prometheus prometheus_adapter traefik, and peers for bench/peers)"
     # One lock per step: two concurrent build.sh runs never build the same thing twice.
     lock="${IR_CACHE}/.build-${s}.lock"

@@ -84,10 +84,20 @@ sandbox_binaries() {
     printf '%s %s\n' "${k}" "${KUBERNETES_VERSION}"
   done
   printf '%s %s\n' etcd "${ETCD_VERSION}" "${KWOK_BIN_NAME}" "${KWOK_VERSION}" \
-    "${SIM_BIN_NAME}" "${LLM_D_INFERENCE_SIM_VERSION}" helm "${HELM_VERSION}" \
-    prometheus-adapter "${PROMETHEUS_ADAPTER_VERSION}" "${TRAEFIK_BIN_NAME}" "${TRAEFIK_VERSION}" \
+    "${SIM_BIN_NAME}" "${LLM_D_INFERENCE_SIM_VERSION}" "${TRAEFIK_BIN_NAME}" "${TRAEFIK_VERSION}" \
     prometheus "${PROMETHEUS_MODULE_VERSION}"
 }
+
+# Binaries only some tests need (the chart's tests: helm; autoscaling: prometheus-adapter):
+# `make demo` does not build them (DEMO_BUILD_STEPS), `make test` does; up.sh links them when built.
+optional_binaries() {
+  printf '%s %s\n' helm "${HELM_VERSION}" prometheus-adapter "${PROMETHEUS_ADAPTER_VERSION}"
+}
+
+#: The build steps `make demo` needs (sandbox/build.sh STEP...): not helm, helm3, the metrics
+#: adapter, or the peers.
+# shellcheck disable=SC2034  # read by hack/demo.sh
+DEMO_BUILD_STEPS=(apt crds kwok sim etcd kubernetes prometheus traefik)
 
 # Is TCP PORT on 127.0.0.1 accepting connections?
 port_open() {

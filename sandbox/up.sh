@@ -37,6 +37,11 @@ ensure_binaries() {
   while read -r name version; do
     ln -sfn "$(cached_bin "${name}" "${version}")" "${SBIN}/${name}"
   done < <(sandbox_binaries)
+  while read -r name version; do
+    if [[ -x "$(cached_bin "${name}" "${version}")" ]]; then
+      ln -sfn "$(cached_bin "${name}" "${version}")" "${SBIN}/${name}"
+    fi
+  done < <(optional_binaries)
 }
 
 # --- PKI (openssl; generated once, kept across restarts) ----------------------------------------
