@@ -135,10 +135,12 @@ def test_a_catastrophic_regex_finishes_fast_on_a_long_reply() -> None:
     # RE2 is linear in the reply.
     case = parse_cases('{"prompt": "p", "scorer": "regex", "expected": "^(a+)+$"}')[0]
     reply = "a" * 100_000 + "!"
-    start = time.monotonic()
+    # CPU time, with room for coverage on a busy machine (a 0.5 s bound on another timed test
+    # failed a tier run at 0.64 s): backtracking would take longer than the universe here
+    start = time.thread_time()
     assert score(case.scorer, reply, case.expected) is False
     assert score(case.scorer, "a" * 100_000, case.expected) is True
-    assert time.monotonic() - start < 0.5
+    assert time.thread_time() - start < 2.0
 
 
 def test_a_deeply_nested_reply_is_not_json_valid_rather_than_a_crash() -> None:
@@ -154,7 +156,8 @@ def test_a_costly_pattern_is_refused_quickly_naming_why() -> None:
     start = time.thread_time()
     with pytest.raises(CasesError, match=r"line 1: .*too large.*MiB"):
         parse_cases("\n".join([line] * 40))
-    assert time.thread_time() - start < 0.5
+    # with room for coverage on a busy machine; RE2's default bound took 5.4 s for these 40
+    assert time.thread_time() - start < 2.0
 
 
 def test_a_case_list_holds_a_bounded_number_of_patterns_and_is_read_once() -> None:

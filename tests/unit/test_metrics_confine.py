@@ -148,10 +148,16 @@ def test_the_largest_accepted_queries_confine_fast_enough_for_the_event_loop() -
              " or ".join(["up"] * (n + 1))]
     # CPU time of this thread, not wall time: the claim is about work done while holding the
     # loop, and wall time on a shared 2-core machine at load 18 failed this test with no change.
+    # The least of three runs, against a bound far below the defect's seconds: one run under
+    # coverage on a busy machine took 0.64 s of CPU (a bound of 0.5 s failed a tier run), while
+    # the unbounded parser took 5 s at 400 nested parentheses and grows with their square.
     for query in worst:
-        start = time.thread_time()
-        assert_confined(confine(query, NS))
-        assert time.thread_time() - start < 0.5, query[:20]
+        spent = []
+        for _ in range(3):
+            start = time.thread_time()
+            assert_confined(confine(query, NS))
+            spent.append(time.thread_time() - start)
+        assert min(spent) < 2.0, (query[:20], spent)
 
 
 def test_ranges_and_subqueries_within_the_bounds_are_confined() -> None:
