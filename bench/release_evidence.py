@@ -33,15 +33,15 @@ from verdicts import (
     RATES_SEQUENTIAL,
     TTFT,
     TTFT_BOUNDS,
+    StepCounts,
     fmt_time,
     latency_buckets,
-    latency_evidence,
     step_key,
 )
 
 from inference_rollout.api.spec import Step
 from inference_rollout.core import verdicts as an
-from inference_rollout.core.types import Evidence, Measurement
+from inference_rollout.core.types import Measurement
 
 WEIGHTS = (5, 20, 50, 100)
 PAUSE = 30.0
@@ -67,8 +67,7 @@ def release(rng: np.random.Generator, total_rate: float, share: float, latency: 
     for index, step in enumerate(steps):
         rate = total_rate * step.weight / 100
         looks = sorted({*np.arange(interval, STEP_LIMIT + interval, interval).tolist(), PAUSE})
-        hist = np.zeros(len(TTFT_BOUNDS) + 1, dtype=np.int64)
-        total = errors = 0
+        counts = StepCounts(probs, share)
         last = 0.0
         key = step_key(index)
         if not carry:
@@ -76,17 +75,12 @@ def release(rng: np.random.Generator, total_rate: float, share: float, latency: 
         for at in looks:
             n = int(rng.poisson(rate * (at - last)))
             last = at
-            if probs is not None:
-                drawn = rng.multinomial(n, probs)
-                hist += drawn
-                bad_served += int(drawn[TTFT_BOUNDS.index(0.5) + 1:].sum())
-                ev = latency_evidence(hist, at)
-            else:
-                bad = int(rng.binomial(n, share))
-                total, errors, bad_served = total + n, errors + bad, bad_served + bad
-                ev = Evidence(at, requests=total, errors=errors)
+            drawn = counts.add(rng, n)
+            # over 0.5 s: surely over the limit (or failed)
+            bad_served += (int(drawn[TTFT_BOUNDS.index(0.5) + 1:].sum())
+                           if isinstance(drawn, np.ndarray) else drawn)
             exposure = an.pass_exposure(steps, index) if carry else 1.0
-            prev = an.record(metric, prev, Measurement(None, evidence=ev),
+            prev = an.record(metric, prev, Measurement(None, evidence=counts.evidence(at)),
                              NOW + timedelta(seconds=t + at), RATES_SEQUENTIAL, step=key,
                              exposure=exposure)
             if prev.verdict == "Fail":

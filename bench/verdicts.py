@@ -106,6 +106,34 @@ def latency_evidence(counts: np.ndarray, period: float) -> Evidence:
                                               strict=True)))
 
 
+class StepCounts:
+    """One step's counts as its requests arrive, for the Sequential rule's evidence: the latency
+    buckets (``probs``: :func:`latency_buckets`) or requests and errors (``share`` failing)."""
+
+    def __init__(self, probs: np.ndarray | None, share: float) -> None:
+        self.probs, self.share = probs, share
+        self.hist = np.zeros(len(TTFT_BOUNDS) + 1, dtype=np.int64)
+        self.total = self.errors = 0
+
+    def add(self, rng: np.random.Generator, n: int) -> np.ndarray | int:
+        """Draw ``n`` more requests; the look's own draws (bucket counts, or errors)."""
+        if self.probs is not None:
+            window = rng.multinomial(n, self.probs)
+            self.hist += window
+            return window
+        bad = int(rng.binomial(n, self.share))
+        self.total, self.errors = self.total + n, self.errors + bad
+        return bad
+
+    def counts(self) -> np.ndarray | tuple[int, int]:
+        return self.hist if self.probs is not None else (self.total, self.errors)
+
+    def evidence(self, period: float) -> Evidence:
+        if self.probs is not None:
+            return latency_evidence(self.hist, period)
+        return Evidence(period, requests=self.total, errors=self.errors)
+
+
 @dataclass
 class Release:
     outcome: str  # promoted | rolled back | no verdict
@@ -150,8 +178,7 @@ def release(rng: np.random.Generator, rule: str, rate: float, share: float, late
     prev = None
     for index in range(STEPS):
         step_t = 0.0
-        hist = np.zeros(len(TTFT_BOUNDS) + 1, dtype=np.int64)
-        total = errors = 0
+        step = StepCounts(probs, share)
         while True:
             if step_t >= step_limit:
                 return Release("no verdict", t, seen)
@@ -159,25 +186,15 @@ def release(rng: np.random.Generator, rule: str, rate: float, share: float, late
             t += interval
             n = int(rng.poisson(rate * interval))
             seen += n
-            counts: np.ndarray | tuple[int, int]
-            window_bad: np.ndarray | int
-            if probs is not None:
-                window = rng.multinomial(n, probs)
-                hist += window
-                counts, window_bad, ev = hist, window, latency_evidence(hist, step_t)
-            else:
-                bad = int(rng.binomial(n, share))
-                total, errors = total + n, errors + bad
-                counts, window_bad = (total, errors), bad
-                ev = Evidence(step_t, requests=total, errors=errors)
+            window_bad = step.add(rng, n)
             verdict: str
             if rule == "Sequential":
-                prev = an.record(metric, prev, Measurement(None, evidence=ev), NOW,
-                                 RATES_SEQUENTIAL, step=step_key(index),
+                prev = an.record(metric, prev, Measurement(None, evidence=step.evidence(step_t)),
+                                 NOW, RATES_SEQUENTIAL, step=step_key(index),
                                  exposure=an.pass_exposure(STAGES, index))
                 verdict = prev.verdict or "Inconclusive"
             else:
-                verdict = look(rule, metric, n, window_bad, counts, step_t)
+                verdict = look(rule, metric, n, window_bad, step.counts(), step_t)
             if verdict == "Fail":
                 return Release("rolled back", t, seen)
             if verdict == "Pass":
