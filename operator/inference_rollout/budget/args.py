@@ -21,7 +21,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from .dtypes import KV_CACHE_DTYPE_PREFIXES, KV_CACHE_DTYPES, VLLM_DTYPES
-from .lora import LORA_DTYPES, LORA_FLAGS, LORA_RANKS, LoraConfig
+from .lora import (
+    DEFAULT_MAX_LORA_RANK,
+    DEFAULT_MAX_LORAS,
+    LORA_DTYPES,
+    LORA_FLAGS,
+    LORA_RANKS,
+    LoraConfig,
+)
 from .units import parse_human_int
 from .vllm_defaults import DEFAULT_GPU_MEMORY_UTILIZATION
 
@@ -309,17 +316,16 @@ def _lora(options: dict[str, str | None]) -> LoraConfig | None:
     if not enabled:
         return None
     max_loras = (_positive_int("--max-loras", options["--max-loras"])
-                 if "--max-loras" in options else 1)
+                 if "--max-loras" in options else DEFAULT_MAX_LORAS)
     rank = (_positive_int("--max-lora-rank", options["--max-lora-rank"])
-            if "--max-lora-rank" in options else 16)
+            if "--max-lora-rank" in options else DEFAULT_MAX_LORA_RANK)
     if rank not in LORA_RANKS:
         raise VllmArgsError("--max-lora-rank", f"{rank} is not one of "
                             f"{', '.join(map(str, sorted(LORA_RANKS)))}")
     cpu: int | None = None
     if "--max-cpu-loras" in options:
-        cpu = _typed("--max-cpu-loras", options["--max-cpu-loras"], int, "an integer")
-        if cpu is not None and cpu <= 0:
-            cpu = None  # vLLM: unset or ≤ 0 means --max-loras
+        given_cpu: int = _typed("--max-cpu-loras", options["--max-cpu-loras"], int, "an integer")
+        cpu = given_cpu if given_cpu > 0 else None  # vLLM: unset or ≤ 0 means --max-loras
         if cpu is not None and cpu < max_loras:
             raise VllmArgsError("--max-cpu-loras", f"{cpu} must be at least --max-loras "
                                 f"({max_loras}): vLLM keeps every loaded adapter in CPU memory too")
