@@ -45,6 +45,7 @@ from .core.notices import notices
 from .core.revision import template_hash
 from .core.timeutil import from_iso
 from .core.types import (
+    NO_HEADER_ROUTES,
     Action,
     Decision,
     DeleteRevision,
@@ -75,6 +76,7 @@ from .metrics.tenancy import (
 from .notify.delivery import Notifier
 from .paths import rollout_path
 from .traffic.gateway import HTTPRouteRouter
+from .traffic.header_routes import HeaderRouting
 from .traffic.router import RouteError, RouteMissing, RouteState, TrafficRouter
 from .workloads.revisions import RevisionError, Revisions
 
@@ -266,6 +268,7 @@ async def _reconcile(deps: Deps, body: dict[str, Any]) -> float:
         revisions=world_revisions,
         route=None if route is None else route.weights,
         route_acceptance=None if route is None else route.acceptance,
+        route_header_routes=NO_HEADER_ROUTES if route is None else route.header_routes,
         measurements=measurements,
         evaluation=evaluation,
         invalid=tuple(invalid),
@@ -327,7 +330,8 @@ def _router(deps: Deps, body: dict[str, Any], traffic: TrafficSpec, port: int,
     meta = body["metadata"]
     ports = {rev: s.port for rev, s in revisions.items() if s.port is not None}
     return HTTPRouteRouter(deps.kube, meta["namespace"], meta["name"], meta["uid"],
-                           traffic.gateway_api, port, ports)
+                           traffic.gateway_api, port, ports,
+                           HeaderRouting.of(traffic, meta["name"]))
 
 
 async def _route(router: TrafficRouter, deleting: bool) -> RouteState | None:
@@ -365,10 +369,11 @@ async def _traffic_to_stable(deps: Deps, body: dict[str, Any], status: Inference
     router = _router(deps, body, traffic, stable_port or DEFAULT_SERVING_PORT, observed)
     route = await _route(router, deleting=True)
     write = validation.traffic_to_stable(status, None if route is None else route.weights,
-                                         deleting)
+                                         deleting,
+                                         NO_HEADER_ROUTES if route is None else route.header_routes)
     if write is not None:
         await router.set_weights(write.stable_revision, write.canary_revision,
-                                 write.canary_weight)
+                                 write.canary_weight, write.header_routes)
 
 
 async def _refuse_status(deps: Deps, body: dict[str, Any], error: ValidationError,
@@ -516,7 +521,7 @@ async def apply_actions(deps: Deps, body: dict[str, Any], decision: Decision,
     for action in decision.actions:
         if isinstance(action, SetWeights):
             await router.set_weights(action.stable_revision, action.canary_revision,
-                                     action.canary_weight)
+                                     action.canary_weight, action.header_routes)
         elif isinstance(action, EnsureRevision):
             await revisions.ensure(action.revision, action.replicas, template, template_revision)
         elif isinstance(action, DeleteRevision):

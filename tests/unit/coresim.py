@@ -17,10 +17,12 @@ from inference_rollout.api.status import InferenceRolloutStatus
 from inference_rollout.core.decide import analysis_due, decide
 from inference_rollout.core.revision import template_hash
 from inference_rollout.core.types import (
+    NO_HEADER_ROUTES,
     Decision,
     DeleteRevision,
     EnsureRevision,
     EvaluationOutcome,
+    HeaderRoute,
     Measurement,
     MeasurementError,
     Observation,
@@ -60,6 +62,7 @@ class World:
     now: datetime = T0
     deployments: dict[str, RevisionState] = field(default_factory=dict)
     route: dict[str, int] | None = None
+    header_routes: frozenset[HeaderRoute] = NO_HEADER_ROUTES
     auto_ready: bool = True
     unschedulable_above: int | None = None  # pods beyond this count per revision never schedule
     history: list[Decision] = field(default_factory=list)
@@ -72,6 +75,7 @@ class World:
                 self.route = {a.stable_revision: 100 - a.canary_weight}
                 if a.canary_revision:
                     self.route[a.canary_revision] = a.canary_weight
+                self.header_routes = a.header_routes
             elif isinstance(a, EnsureRevision):
                 old = self.deployments.get(a.revision, RevisionState(0, 0, 0))
                 if clamp_ready:
@@ -99,6 +103,7 @@ class World:
             template_hash=template_hash(spec["template"]),
             revisions=dict(self.deployments),
             route=None if self.route is None else dict(self.route),
+            route_header_routes=self.header_routes,
             measurements=measurements,
             deleting=deleting,
             invalid=invalid,
@@ -237,6 +242,7 @@ class Sim:
             generation=self.generation, template_hash=template_hash(self.body["template"]),
             revisions=dict(self.world.deployments),
             route=None if self.world.route is None else dict(self.world.route),
+            route_header_routes=self.world.header_routes,
             measurements=measurements, evaluation=self.evaluate(), invalid=invalid,
             deleting=deleting, deleting_since=deleting_since,
             route_acceptance=self.gateway(self) if self.gateway else None, rollout="chat")

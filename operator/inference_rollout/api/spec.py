@@ -310,8 +310,74 @@ class GatewayAPITraffic(Model):
         return self
 
 
+#: An HTTP header or cookie name (RFC 9110 token; the Gateway API's HTTPHeaderName pattern).
+HTTP_TOKEN = r"^[A-Za-z0-9!#$%&'*+\-.^_`|~]+$"
+MAX_TESTER_HEADERS = 8
+
+
+class CookieAffinity(Model):
+    """The gateway sets a cookie on the answers of the weighted split naming the revision that
+    answered; requests carrying it go to that revision while the release is open."""
+
+    name: str | None = Field(
+        None, min_length=1, max_length=64, pattern=HTTP_TOKEN,
+        description="The cookie's name; default `ir-<rollout name>`.")
+    max_age: Duration = Field(
+        "1h", description="How long a client stays on its revision (the cookie's Max-Age): "
+        "as long as a conversation lasts, since a step's new weight reaches returning "
+        "clients only once their cookie expires.")
+
+    @cached_property
+    def max_age_seconds(self) -> float:
+        return parse_duration(self.max_age)
+
+    def cookie_name(self, rollout: str) -> str:
+        return self.name or f"ir-{rollout}"
+
+
+class SessionAffinitySpec(Model):
+    """Keep a client on the revision that served its first request during a release
+    (docs/traffic.md, "A conversation stays on one revision")."""
+
+    cookie: CookieAffinity
+
+
+class HeaderMatch(Model):
+    """One header a tester's request carries (a Gateway API HTTPHeaderMatch)."""
+
+    name: str = Field(min_length=1, max_length=256, pattern=HTTP_TOKEN)
+    value: str = Field(min_length=1, max_length=4096)
+    type: Literal["Exact", "RegularExpression"] = "Exact"
+
+    @model_validator(mode="after")
+    def _regex_compiles(self) -> HeaderMatch:
+        if self.type == "RegularExpression":
+            import re2  # the gateways' dialect: RE2 (Gateway API, Traefik's Go regexp)
+            try:
+                re2.compile(self.value)
+            except re2.error as e:
+                raise ValueError(
+                    f"spec.traffic.testers.headers: {self.value!r} is not an RE2 regular "
+                    f"expression ({e}); fix it or use type: Exact") from e
+        return self
+
+
+class TesterRoutes(Model):
+    """Requests carrying every one of ``headers`` go to the canary, from its first Ready pod
+    until the release is promoted or rolled back, whatever the step's weight."""
+
+    headers: list[HeaderMatch] = Field(min_length=1, max_length=MAX_TESTER_HEADERS)
+
+
 class TrafficSpec(Model):
     gateway_api: GatewayAPITraffic = Field(alias="gatewayAPI")
+    session_affinity: SessionAffinitySpec | None = None
+    testers: TesterRoutes | None = None
+
+    @property
+    def matches_canary(self) -> bool:
+        """Some requests are routed by header (a tester's, or a sticky session's)."""
+        return self.session_affinity is not None or self.testers is not None
 
 
 # --- capacity and strategy -----------------------------------------------------------------------

@@ -28,7 +28,7 @@ from ..api import reasons as r
 from ..api.duration import format_duration
 from ..api.spec import InferenceRolloutSpec, MetricSpec, Step
 from ..api.status import InferenceRolloutStatus, MetricResult, Requests
-from . import cost, route_gate
+from . import cost, header_routes, route_gate
 from . import evaluation_gate as gate
 from . import verdicts as an
 from .capacity import (
@@ -983,8 +983,10 @@ def _reconcile_route(run: _Run) -> None:
     st = run.status
     if not st.stable_revision:
         return
-    if run.world.route != desired_route(st):
-        run.actions.insert(0, SetWeights(st.stable_revision, st.canary_revision, st.canary_weight))
+    routes = header_routes.wanted(run.spec, st, run.world)
+    if run.world.route != desired_route(st) or run.world.route_header_routes != routes:
+        run.actions.insert(0, SetWeights(st.stable_revision, st.canary_revision, st.canary_weight,
+                                         routes))
 
 
 def _hold_end(spec: InferenceRolloutSpec, status: InferenceRolloutStatus) -> datetime | None:

@@ -127,6 +127,12 @@ class RouteUnreported:
 #: What the gateway says of the route (``status.parents``), read with its weights.
 RouteAcceptance = RouteApplied | RoutePending | RouteRejected | RouteUnreported
 
+#: Rules a route holds beside its weighted split, each sending requests to one revision by header
+#: (docs/traffic.md): ``testers`` (spec.traffic.testers: to the canary) and ``sessions``
+#: (spec.traffic.sessionAffinity: a cookie keeps each client on the revision that answered it).
+HeaderRoute = Literal["testers", "sessions"]
+NO_HEADER_ROUTES: frozenset[HeaderRoute] = frozenset()
+
 
 @dataclass(frozen=True)
 class DrillResult:
@@ -161,6 +167,8 @@ class Observation:
     deleting_since: datetime | None = None
     #: The gateway's view of the route; None when it was not read (no route yet).
     route_acceptance: RouteAcceptance | None = None
+    #: The header routes the route holds (read from its rules' names with the weights).
+    route_header_routes: frozenset[HeaderRoute] = NO_HEADER_ROUTES
     rollout: str = ""  # the rollout's name (the scale subresource's selector names it)
     #: The last drill's result as the drill wrote it on the rollout (None: none, or unreadable).
     drill: DrillResult | None = None
@@ -184,6 +192,8 @@ class SetWeights:
     stable_revision: str
     canary_revision: str | None
     canary_weight: int
+    #: Header routes written with the weights, in the same write (none: the split alone).
+    header_routes: frozenset[HeaderRoute] = NO_HEADER_ROUTES
 
 
 @dataclass(frozen=True)

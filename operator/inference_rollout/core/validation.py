@@ -19,7 +19,7 @@ from ..api.status import InferenceRolloutStatus
 from .conditions import set_condition
 from .revision import MAX_ROLLOUT_NAME
 from .timeutil import to_iso
-from .types import SetWeights
+from .types import NO_HEADER_ROUTES, HeaderRoute, SetWeights
 
 
 def problems(spec: InferenceRolloutSpec, name: str) -> list[str]:
@@ -124,14 +124,16 @@ def failed_status(
 
 
 def traffic_to_stable(
-    status: InferenceRolloutStatus, route: dict[str, int] | None, deleting: bool
+    status: InferenceRolloutStatus, route: dict[str, int] | None, deleting: bool,
+    header_routes: frozenset[HeaderRoute] = NO_HEADER_ROUTES,
 ) -> SetWeights | None:
     """The one route write that leaves the canary without traffic (off the route altogether when
-    the rollout is being deleted); None when the route already holds that, or does not exist."""
+    the rollout is being deleted) and takes every header route off (``header_routes``: those the
+    route holds); None when the route already holds that, or does not exist."""
     stable = status.stable_revision
     if stable is None or route is None:
         return None
     canary = None if deleting else status.canary_revision
-    if route == {stable: 100, **({canary: 0} if canary else {})}:
+    if route == {stable: 100, **({canary: 0} if canary else {})} and not header_routes:
         return None
     return SetWeights(stable, canary, 0)

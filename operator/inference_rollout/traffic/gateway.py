@@ -18,15 +18,17 @@ to the core as a typed observation (:mod:`.route_status`); writing a weight neve
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..api import API_VERSION, KIND, LABEL_MANAGED_BY, LABEL_ROLLOUT, MANAGED_BY, POOL_GROUP
 from ..api.spec import GatewayAPITraffic
 from ..core.revision import revision_name
+from ..core.types import NO_HEADER_ROUTES, HeaderRoute
 from ..kube import KubeError
 from ..kube_protocol import KubeClient
 from ..paths import ns_path
+from .header_routes import HeaderRouteError, HeaderRouting, base_rules, held, rules_for
 from .route_status import route_acceptance
 from .router import RouteDrift, RouteError, RouteMissing, RouteState
 
@@ -43,12 +45,15 @@ class HTTPRouteRouter:
         traffic: GatewayAPITraffic,
         port: int,
         ports: Mapping[str, int] | None = None,
+        routing: HeaderRouting | None = None,
     ) -> None:
         """``ports``: each known revision's serving port (its Service's port); ``port`` for
-        any other (the spec's template, i.e. a canary about to be created)."""
+        any other (the spec's template, i.e. a canary about to be created).  ``routing``: the
+        spec's testers and session affinity (traffic/header_routes.py)."""
         self.kube, self.namespace, self.rollout = kube, namespace, rollout
         self.uid, self.traffic, self.port = rollout_uid, traffic, port
         self.ports = dict(ports or {})
+        self.routing = routing or HeaderRouting()
         ref = traffic.http_route_ref
         self.owned = ref is None
         self.route_name = rollout if ref is None else ref.name
@@ -105,7 +110,8 @@ class HTTPRouteRouter:
         if route is None:
             return None
         self._remember_ports(route)
-        return RouteState(self.weights_of(route), route_acceptance(route))
+        rules = route.get("spec", {}).get("rules") or []
+        return RouteState(self.weights_of(route), route_acceptance(route), held(rules))
 
     # --- writing -------------------------------------------------------------------------------
 
@@ -124,22 +130,31 @@ class HTTPRouteRouter:
         port = self.ports.get(revision, self.port)
         return {"kind": "Service", "name": name, "port": port, "weight": weight}
 
-    async def set_weights(self, stable: str, canary: str | None, canary_weight: int) -> None:
-        refs = self.backend_refs(stable, canary, canary_weight)
-        if self.owned:
-            await self._apply_owned(refs)
-        else:
-            await self._patch_existing(refs)
-        held = await self.get_weights()
-        want = {stable: 100 - canary_weight, **({canary: canary_weight} if canary else {})}
-        if held != want:
-            raise RouteDrift(f"HTTPRoute {self.namespace}/{self.route_name} holds {held} after "
-                             f"writing {want}")
+    async def set_weights(self, stable: str, canary: str | None, canary_weight: int,
+                          header_routes: frozenset[HeaderRoute] = NO_HEADER_ROUTES) -> None:
+        def rules(base: list[dict[str, Any]]) -> list[dict[str, Any]]:
+            try:
+                return rules_for(base, self.backend_refs(stable, canary, canary_weight),
+                                 self.routing, header_routes, lambda rev: self._ref(rev, 1),
+                                 (stable, canary), "spec.traffic")
+            except HeaderRouteError as e:
+                raise RouteError(f"HTTPRoute {self.namespace}/{self.route_name}: {e}") from e
 
-    def owned_route(self, refs: list[dict[str, Any]]) -> dict[str, Any]:
+        if self.owned:
+            await self._apply_owned(rules([{}]))
+        else:
+            await self._patch_existing(rules)
+        state = await self.observe()
+        want = {stable: 100 - canary_weight, **({canary: canary_weight} if canary else {})}
+        if state is None or state.weights != want or state.header_routes != header_routes:
+            held_now = None if state is None else (state.weights, sorted(state.header_routes))
+            raise RouteDrift(f"HTTPRoute {self.namespace}/{self.route_name} holds {held_now} "
+                             f"after writing {want, sorted(header_routes)}")
+
+    def owned_route(self, rules: list[dict[str, Any]]) -> dict[str, Any]:
         parents = [p.model_dump(by_alias=True, exclude_none=True)
                    for p in self.traffic.parent_refs or []]
-        spec: dict[str, Any] = {"parentRefs": parents, "rules": [{"backendRefs": refs}]}
+        spec: dict[str, Any] = {"parentRefs": parents, "rules": rules}
         if self.traffic.hostnames:
             spec["hostnames"] = list(self.traffic.hostnames)
         return {
@@ -154,20 +169,23 @@ class HTTPRouteRouter:
             "spec": spec,
         }
 
-    async def _apply_owned(self, refs: list[dict[str, Any]]) -> None:
+    async def _apply_owned(self, rules: list[dict[str, Any]]) -> None:
         try:
-            await self.kube.apply(self.path, self.owned_route(refs))
+            await self.kube.apply(self.path, self.owned_route(rules))
         except KubeError as e:
             raise RouteError(f"applying owned HTTPRoute {self.namespace}/{self.route_name}: "
                              f"{e}") from e
 
-    async def _patch_existing(self, refs: list[dict[str, Any]]) -> None:
-        """Rewrite backendRefs in every rule, guarded by resourceVersion so a concurrent edit of
-        the route by its owner is never overwritten (retried on conflict)."""
+    async def _patch_existing(
+        self, rules_of: Callable[[list[dict[str, Any]]], list[dict[str, Any]]]
+    ) -> None:
+        """Rewrite backendRefs in every rule of the user's (and the header routes beside them),
+        guarded by resourceVersion so a concurrent edit of the route by its owner is never
+        overwritten (retried on conflict)."""
         for _attempt in range(5):
             route = await self._read()
             assert route is not None
-            rules = [dict(rule, backendRefs=refs) for rule in route["spec"].get("rules") or [{}]]
+            rules = rules_of(base_rules(route["spec"].get("rules") or []) or [{}])
             patch = {"metadata": {"resourceVersion": route["metadata"]["resourceVersion"]},
                      "spec": {"rules": rules}}
             try:

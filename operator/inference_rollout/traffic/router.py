@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from ..core.types import RouteAcceptance
+from ..core.types import NO_HEADER_ROUTES, HeaderRoute, RouteAcceptance
 
 
 class RouteError(Exception):
@@ -26,6 +26,8 @@ class RouteState:
 
     weights: dict[str, int]
     acceptance: RouteAcceptance
+    #: The header routes it holds beside the split (traffic/header_routes.py).
+    header_routes: frozenset[HeaderRoute] = NO_HEADER_ROUTES
 
 
 class TrafficRouter(Protocol):
@@ -38,6 +40,8 @@ class TrafficRouter(Protocol):
         """Backend weights by revision as the API server holds them; None when the route does
         not exist yet (an owned route before its first write)."""
 
-    async def set_weights(self, stable: str, canary: str | None, canary_weight: int) -> None:
-        """Write ``canary_weight`` to the canary and the rest to stable in ONE write, then verify
-        the API server holds exactly that (raise :class:`RouteDrift` otherwise)."""
+    async def set_weights(self, stable: str, canary: str | None, canary_weight: int,
+                          header_routes: frozenset[HeaderRoute] = NO_HEADER_ROUTES) -> None:
+        """Write ``canary_weight`` to the canary and the rest to stable, and exactly the
+        ``header_routes`` asked for, in ONE write, then verify the API server holds exactly that
+        (raise :class:`RouteDrift` otherwise)."""
