@@ -98,3 +98,51 @@ def test_the_fail_safe_write_to_stable_also_takes_header_routes_off() -> None:
     assert traffic_to_stable(st, {A: 100, B: 0}, False) is None
     write = traffic_to_stable(st, {A: 100, B: 0}, False, frozenset({"testers"}))
     assert write == SetWeights(A, B, 0)
+
+
+# --- a testers' step: weight 0, only the testers reach the canary --------------------------------
+
+TESTERS_FIRST = {"steps": [{"weight": 0, "pause": "1m"}, {"weight": 20, "pause": "1m"},
+                           {"weight": 100}]}
+
+
+def test_a_testers_step_needs_testers() -> None:
+    import pytest
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match=r"spec\.strategy\.steps\[0\]\.weight: 0 is a "
+                                              r"testers' step, which needs spec\.traffic\.testers"):
+        InferenceRolloutSpec.parse(manifest_spec(strategy=TESTERS_FIRST))
+    InferenceRolloutSpec.parse(manifest_spec(strategy=TESTERS_FIRST, traffic=TRAFFIC))
+
+
+def test_a_testers_step_is_analysed_on_the_testers_traffic_before_any_weight() -> None:
+    from inference_rollout.api import reasons as r
+
+    sim = started(manifest_spec(traffic=TRAFFIC, strategy=TESTERS_FIRST))
+    new = sim.release("m2")
+    sim.decisions.clear()
+    sim.run_until(lambda s: s.status.canary_weight == 20, limit=600)
+    # the hold began once the route carried the testers' route, not before
+    events = [(e.reason, e.message) for d in sim.decisions for e in d.actions
+              if hasattr(e, "reason")]
+    routed = [m for reason, m in events if reason == r.TESTERS_ROUTED]
+    assert routed == [f"step 1/3: only the testers' requests (spec.traffic.testers) reach "
+                      f"canary {new}; 0% of other traffic"]
+    assert writes(sim)[:2] == [(0, []), (0, ["testers"])]
+    # measured throughout the step at 0 % (every 10 s interval of the 1 min hold, and its end)
+    at_zero = [t for t in sim.measured if t < sim.now]
+    assert len(at_zero) >= 6
+    assert writes(sim)[2] == (20, ["sessions", "testers"])
+
+
+def test_a_failing_testers_step_rolls_back_with_no_weight_ever_given() -> None:
+    sim = started(manifest_spec(traffic=TRAFFIC, strategy=TESTERS_FIRST))
+    sim.release("m2")
+    sim.decisions.clear()
+    sim.run_until(lambda s: s.status.step_started_at is not None, limit=120)
+    assert (sim.status.message or "").startswith("step 1/3: testers only for")
+    sim.verdicts = "fail"
+    sim.run_until(lambda s: s.status.aborted, limit=60)
+    assert {w for w, _ in writes(sim)} == {0}
+    assert sim.world.header_routes == NO_HEADER_ROUTES

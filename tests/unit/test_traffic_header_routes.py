@@ -82,10 +82,11 @@ def test_without_header_routes_the_route_is_the_split_alone() -> None:
 def test_a_users_rules_keep_their_matches_and_filters_in_every_copy() -> None:
     rewrite = {"type": "URLRewrite", "urlRewrite": {"path": {
         "type": "ReplacePrefixMatch", "replacePrefixMatch": "/v1"}}}
-    users = [{"name": "chat", "matches": [{"path": {"type": "PathPrefix", "value": "/chat"},
-                                           "method": "POST"}], "filters": [rewrite]},
-             {"matches": [{"path": {"type": "Exact", "value": "/v1/models"}},
-                          {"headers": [{"name": "X-Team", "value": "a"}]}]}]
+    chat = {"path": {"type": "PathPrefix", "value": "/chat"}, "method": "POST"}
+    users: list[dict[str, Any]] = [
+        {"name": "chat", "matches": [chat], "filters": [rewrite]},
+        {"matches": [{"path": {"type": "Exact", "value": "/v1/models"}},
+                     {"headers": [{"name": "X-Team", "value": "a"}]}]}]
     rules = write(users, frozenset({"testers"}))
     assert rules[:2] == [dict(users[0], backendRefs=SPLIT), dict(users[1], backendRefs=SPLIT)]
     testers = rules[2:]

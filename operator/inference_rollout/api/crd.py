@@ -103,6 +103,14 @@ VALIDATIONS: Final[dict[RulePath, list[Rule]]] = {
             "message": f"spec.replicas: replicas + capacity.maxSurge must be at most {INT32_MAX} "
             "(a Deployment's replica count is an int32)",
         },
+        {
+            "rule": "!has(self.strategy) || !has(self.strategy.steps) "
+            "|| size(self.strategy.steps) == 0 || self.strategy.steps[0].weight != 0 "
+            "|| has(self.traffic.testers)",
+            "message": "spec.strategy.steps[0].weight: 0 is a testers' step, which needs "
+            "spec.traffic.testers (the headers that reach the canary); add them or give the "
+            "step a weight",
+        },
     ],
     ("spec", "analysis", "interval"): _at_most("spec.analysis.interval", MAX_ANALYSIS_INTERVAL),
     ("spec", "analysis", "prometheus", "timeout"): _at_most(

@@ -403,9 +403,11 @@ class CapacitySpec(Model):
 class Step(Model):
     """One stage: route ``weight`` percent to the canary, then hold it for ``pause`` while the
     analysis watches.  ``manual: true`` waits for ``promote`` after the hold.  ``replicas`` sets
-    the canary's pod count apart from its weight (overdrive: few pods carrying a larger share)."""
+    the canary's pod count apart from its weight (overdrive: few pods carrying a larger share).
+    ``weight: 0`` (first step only, with ``spec.traffic.testers``) is a testers' step: only the
+    testers' requests reach the canary, and the analysis judges that traffic."""
 
-    weight: int = Field(ge=1, le=100)
+    weight: int = Field(ge=0, le=100)
     pause: Duration | None = None
     manual: bool = False
     replicas: int | None = Field(None, ge=1, le=INT32_MAX)
@@ -744,6 +746,15 @@ class InferenceRolloutSpec(Model):
             raise ValueError(
                 f"spec.replicas: replicas + capacity.maxSurge must be at most {INT32_MAX} "
                 "(a Deployment's replica count is an int32)")
+        return self
+
+    @model_validator(mode="after")
+    def _testers_step_has_testers(self) -> InferenceRolloutSpec:
+        if self.strategy.steps[0].weight == 0 and self.traffic.testers is None:
+            raise ValueError(
+                "spec.strategy.steps[0].weight: 0 is a testers' step, which needs "
+                "spec.traffic.testers (the headers that reach the canary); add them or give the "
+                "step a weight")
         return self
 
     @classmethod

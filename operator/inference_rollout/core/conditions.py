@@ -62,7 +62,11 @@ def step_message(
     assert step is not None
     head = f"step {status.current_step + 1}/{len(steps)}: "
     held = seconds_since(status.step_started_at, now)
-    if status.canary_weight < step.weight:
+    if step.weight == 0:  # a testers' step (core/steps.py)
+        hold = format_duration(step.hold_seconds) if step.pause else "no hold"
+        head += ("testers only (waiting for canary pods and the testers' route)" if held is None
+                 else f"testers only for {format_duration(max(held, 0))} of {hold}")
+    elif status.canary_weight < step.weight:
         head += f"{status.canary_weight}% → {step.weight}% (waiting for canary pods)"
     elif held is None:
         head += f"{step.weight}% written (waiting for the gateway to accept the route)"

@@ -40,7 +40,7 @@ from .capacity import (
 )
 from .conditions import apply_conditions, step_message
 from .scale import serving_pods, serving_selector
-from .steps import current_step, fit_index
+from .steps import carries_traffic, current_step, fit_index, testers_step
 from .timeutil import from_iso, seconds_since, to_iso
 from .types import (
     Action,
@@ -109,7 +109,7 @@ def analysis_due(spec: InferenceRolloutSpec, status: InferenceRolloutStatus, now
     """
     if not spec.analysis.effective_metrics or status.aborted:
         return False
-    if status.canary_revision is None or status.canary_weight == 0:
+    if not carries_traffic(spec, status):
         return False
     last = from_iso(status.last_analysis_at)
     started = from_iso(status.step_started_at)
@@ -294,7 +294,7 @@ def _release(run: _Run) -> None:
     _steer_pause(run)
     # Measurements are of the traffic the canary carried; a release (re)started in this call
     # carries none, and what was measured belonged to the canary it replaced.
-    if run.world.measurements is not None and st.canary_weight > 0 and _analyse(run):
+    if run.world.measurements is not None and carries_traffic(run.spec, st) and _analyse(run):
         return
     outcome = run.world.evaluation or gate.interrupted(st)
     if outcome is not None and _evaluate(run, outcome):
@@ -603,7 +603,7 @@ def _raise_weight(run: _Run, step: Step, ready: int) -> bool:
     weight was already in place."""
     st, spec = run.status, run.spec
     canary = run.world.revisions.get(st.canary_revision or "")
-    if st.canary_weight >= step.weight:
+    if st.canary_weight >= step.weight and (step.weight > 0 or st.step_started_at is not None):
         return _weight_in_force(run, step)
     if not ready_enough(spec, step, ready):
         if _deadline_passed(run):
@@ -630,6 +630,8 @@ def _raise_weight(run: _Run, step: Step, ready: int) -> bool:
         if _deadline_passed(run):
             _route_not_accepted(run, run.world.route_acceptance)
         return False
+    if testers_step(step):
+        return _testers_routed(run, step)
     st.canary_weight = step.weight
     st.weight_replicas = spec.replicas
     steps = len(spec.strategy.steps)
@@ -643,6 +645,24 @@ def _raise_weight(run: _Run, step: Step, ready: int) -> bool:
         # accepts it (_weight_in_force), not when the API server stores it.
         st.step_started_at = None
         run.wake_in(POLL_SECONDS)
+    return False
+
+
+def _testers_routed(run: _Run, step: Step) -> bool:
+    """A testers' step has no weight to raise: its hold starts once the route carries the
+    testers' header route (core/header_routes.py turns it on with the canary's first Ready pod)
+    and the gateway serves that generation.  The progress deadline rolls back one never served."""
+    st, spec, world = run.status, run.spec, run.world
+    if "testers" in world.route_header_routes and world.route == desired_route(st) and (
+            route_gate.verdict(spec, world.route_acceptance) == "Applied"):
+        _start_hold(run, step)
+        run.event("Normal", r.TESTERS_ROUTED, r.TESTERS_ROUTED_MSG.format(
+            steps=len(spec.strategy.steps), canary=st.canary_revision))
+        return False
+    if _deadline_passed(run):
+        _route_not_accepted(run, world.route_acceptance)
+        return False
+    run.wake_in(POLL_SECONDS)
     return False
 
 

@@ -29,3 +29,18 @@ def fit_index(spec: InferenceRolloutSpec, status: InferenceRolloutStatus) -> int
         return None
     return next((i for i, s in enumerate(steps) if s.weight >= status.canary_weight),
                 len(steps) - 1)
+
+
+def testers_step(step: Step | None) -> bool:
+    """A step of weight 0 (spec.traffic.testers required): only the testers reach the canary."""
+    return step is not None and step.weight == 0
+
+
+def carries_traffic(spec: InferenceRolloutSpec, status: InferenceRolloutStatus) -> bool:
+    """The canary answers someone whose requests the analysis may judge: a weighted share, or
+    the testers once a testers' step's hold has begun (its header route served)."""
+    if status.canary_revision is None:
+        return False
+    if status.canary_weight > 0:
+        return True
+    return testers_step(current_step(spec, status)) and status.step_started_at is not None
