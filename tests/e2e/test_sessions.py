@@ -166,7 +166,7 @@ def test_a_bad_canary_seen_only_by_testers_is_rolled_back_before_any_user_meets_
     users = TrafficWatch(cluster.env, rel.host, rate=5).start()
     try:
         # When a canary that fails every request is released
-        rel.apply(with_template(rel.manifest, version="v2", failure_rate=1.0))
+        rel.apply(with_template(rel.manifest, version="v2", failure_rate=100))
         st = rel.wait(lambda s: "testers only for" in (s.get("message") or ""), 90,
                       "the testers' step holding")
         v2 = st["canaryRevision"]

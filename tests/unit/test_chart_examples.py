@@ -23,7 +23,8 @@ EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))  # not examples/budget/: i
 KIND = ROOT / "deploy" / "kind"
 KIND_ROLLOUTS = sorted(KIND.glob("rollout*.yaml"))
 EXPECTED = {"latency-chat.yaml", "throughput-70b-tp4.yaml", "owned-route.yaml",
-            "inferencepool-backend.yaml", "business-metric.yaml", "gateway-view.yaml"}
+            "inferencepool-backend.yaml", "business-metric.yaml", "gateway-view.yaml",
+            "sessions-and-testers.yaml"}
 
 
 def rollouts(path: Path) -> list[dict[str, Any]]:
