@@ -12,7 +12,13 @@ from tests.unit.coresim import Sim, manifest_spec, started
 from inference_rollout.api.spec import InferenceRolloutSpec
 from inference_rollout.api.status import InferenceRolloutStatus
 from inference_rollout.core import header_routes
-from inference_rollout.core.types import NO_HEADER_ROUTES, Observation, RevisionState, SetWeights
+from inference_rollout.core.types import (
+    NO_HEADER_ROUTES,
+    Observation,
+    RecordEvent,
+    RevisionState,
+    SetWeights,
+)
 from inference_rollout.core.validation import traffic_to_stable
 
 TRAFFIC = {"gatewayAPI": {"parentRefs": [{"name": "gw"}]},
@@ -125,7 +131,7 @@ def test_a_testers_step_is_analysed_on_the_testers_traffic_before_any_weight() -
     sim.run_until(lambda s: s.status.canary_weight == 20, limit=600)
     # the hold began once the route carried the testers' route, not before
     events = [(e.reason, e.message) for d in sim.decisions for e in d.actions
-              if hasattr(e, "reason")]
+              if isinstance(e, RecordEvent)]
     routed = [m for reason, m in events if reason == r.TESTERS_ROUTED]
     assert routed == [f"step 1/3: only the testers' requests (spec.traffic.testers) reach "
                       f"canary {new}; 0% of other traffic"]
