@@ -53,3 +53,50 @@ def test_invalid_gateway_settings_are_rejected_naming_the_field(
         r = c.post(PATH, json=doc)
     assert r.status_code == 422, r.text
     assert message in r.json()["message"], r.json()["message"]
+
+
+# --- header routes (docs/traffic.md) ------------------------------------------------------------
+
+TESTERS = {"headers": [{"name": "X-Canary", "value": "always"}]}
+TESTERS_STEP = {"steps": [{"weight": 0, "pause": "10m"}, {"weight": 100}]}
+
+
+def with_traffic(doc: dict[str, Any], strategy: dict[str, Any] | None = None,
+                 **traffic: Any) -> dict[str, Any]:
+    doc = copy.deepcopy(doc)
+    doc["spec"]["traffic"].update(traffic)
+    if strategy is not None:
+        doc["spec"]["strategy"] = strategy
+    return doc
+
+
+ERRORS = with_metric({"name": "e", "template": "error-rate", "max": 0.01})
+SHARE = with_metric({"name": "s", "template": "gateway-traffic-share", "max": 2})
+
+
+@pytest.mark.parametrize("doc", [
+    with_traffic(ERRORS, TESTERS_STEP, testers=TESTERS),
+    with_traffic(ERRORS, sessionAffinity={"cookie": {"name": "chat-rev", "maxAge": "30m"}},
+                 testers=TESTERS),
+])
+def test_header_routes_are_stored(control_plane: ControlPlane, doc: dict[str, Any]) -> None:
+    with control_plane.client() as c:
+        r = c.post(PATH, json=doc)
+    assert r.status_code == 201, r.text
+
+
+@pytest.mark.parametrize(("doc", "message"), [
+    (with_traffic(ERRORS, TESTERS_STEP),
+     "spec.strategy.steps[0].weight: 0 is a testers' step, which needs spec.traffic.testers"),
+    (with_traffic(SHARE, sessionAffinity={"cookie": {}}),
+     "spec.analysis.metrics: gateway-traffic-share compares the canary's share"),
+    (with_traffic(ERRORS, sessionAffinity={"cookie": {"name": "a b"}}),
+     "spec.traffic.sessionAffinity.cookie.name"),
+    (with_traffic(ERRORS, testers={"headers": []}), "spec.traffic.testers.headers"),
+])
+def test_bad_header_routes_are_rejected_naming_the_field(
+        control_plane: ControlPlane, doc: dict[str, Any], message: str) -> None:
+    with control_plane.client() as c:
+        r = c.post(PATH, json=doc)
+    assert r.status_code == 422, r.text
+    assert message in r.json()["message"], r.json()["message"]

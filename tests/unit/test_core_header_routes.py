@@ -152,3 +152,19 @@ def test_a_failing_testers_step_rolls_back_with_no_weight_ever_given() -> None:
     sim.run_until(lambda s: s.status.aborted, limit=60)
     assert {w for w, _ in writes(sim)} == {0}
     assert sim.world.header_routes == NO_HEADER_ROUTES
+
+
+def test_header_route_settings_the_models_refuse_name_the_field() -> None:
+    import pytest
+    from pydantic import ValidationError
+
+    share = {"interval": "10s", "prometheus": {"address": "http://prom:9090"},
+             "metrics": [{"name": "split", "template": "gateway-traffic-share", "max": 2}]}
+    with pytest.raises(ValidationError, match=r"spec\.analysis\.metrics\[name=split\]: "
+                                              r"gateway-traffic-share compares"):
+        InferenceRolloutSpec.parse(manifest_spec(traffic=TRAFFIC, analysis=share))
+    bad_regex = {**TRAFFIC, "testers": {"headers": [
+        {"name": "X-Team", "value": "ml-(", "type": "RegularExpression"}]}}
+    with pytest.raises(ValidationError, match=r"spec\.traffic\.testers\.headers: 'ml-\(' is not "
+                                              r"an RE2 regular expression"):
+        InferenceRolloutSpec.parse(manifest_spec(traffic=bad_regex))

@@ -111,6 +111,15 @@ VALIDATIONS: Final[dict[RulePath, list[Rule]]] = {
             "spec.traffic.testers (the headers that reach the canary); add them or give the "
             "step a weight",
         },
+        {
+            "rule": "(!has(self.traffic.testers) && !has(self.traffic.sessionAffinity)) "
+            "|| !has(self.analysis) || !has(self.analysis.metrics) "
+            "|| !self.analysis.metrics.exists(m, has(m.template) "
+            "&& m.template == 'gateway-traffic-share')",
+            "message": "spec.analysis.metrics: gateway-traffic-share compares the canary's share "
+            "of requests with the weight, and spec.traffic.testers or sessionAffinity send "
+            "requests past the weight (docs/traffic.md); remove one of them",
+        },
     ],
     ("spec", "analysis", "interval"): _at_most("spec.analysis.interval", MAX_ANALYSIS_INTERVAL),
     ("spec", "analysis", "prometheus", "timeout"): _at_most(

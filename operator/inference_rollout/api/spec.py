@@ -757,6 +757,17 @@ class InferenceRolloutSpec(Model):
                 "step a weight")
         return self
 
+    @model_validator(mode="after")
+    def _traffic_share_without_header_routes(self) -> InferenceRolloutSpec:
+        share = [m.name for m in self.analysis.metrics if m.template == "gateway-traffic-share"]
+        if share and self.traffic.matches_canary:
+            raise ValueError(
+                f"spec.analysis.metrics[name={share[0]}]: gateway-traffic-share compares the "
+                "canary's share of requests with the weight, and spec.traffic.testers or "
+                "sessionAffinity send requests past the weight (docs/traffic.md); remove one "
+                "of them")
+        return self
+
     @classmethod
     def parse(cls, body: dict[str, Any]) -> InferenceRolloutSpec:
         """Validate a ``spec`` object as it comes from the API server."""
