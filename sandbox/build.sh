@@ -538,6 +538,32 @@ own_module_build() {
   log "${name}" "built ${out}"
 }
 
+# Argo CD (opt-in: the GitOps tier, issue 32): one multi-call binary (argocd, and the
+# application controller, repo server, server... chosen by the name it is started under). Built in
+# its own module with gitops-engine from the proxy instead of the zip's missing ./gitops-engine.
+step_argocd() {
+  local name=argocd version="${ARGOCD_VERSION}" out src dir
+  local module=github.com/argoproj/argo-cd/v3 engine=github.com/argoproj/argo-cd/gitops-engine/v3
+  out="$(cached_bin "${name}" "${version}")"
+  apt_install_missing redis-server:redis-server  # its cache, for sandbox/argocd-up.sh
+  if have_all "${out}"; then
+    log "${name}" "cached ${out}"
+    return
+  fi
+  src="${IR_CACHE}/src/${name}-${version}"
+  export GOTOOLCHAIN="${ARGOCD_GOTOOLCHAIN}"
+  rm -rf "${src}" && mkdir -p "${src}"
+  dir="$(go_info "${module}" "${version}" | jq -er .Dir)"
+  cp -r "${dir}/." "${src}/" && chmod -R u+w "${src}"
+  log "${name}" "compiling ${module}@${version} ./cmd with ${GOTOOLCHAIN} (${engine} ${version} from the proxy)"
+  (cd "${src}" && go mod edit -dropreplace="${engine}" -require="${engine}@${version}" &&
+    GOWORK=off go build -mod=mod "${GO_BUILD_FLAGS[@]}" -o "${out}.tmp" \
+      -ldflags "-s -w -X github.com/argoproj/argo-cd/v3/common.version=${version#v}" ./cmd)
+  mv "${out}.tmp" "${out}"
+  export GOTOOLCHAIN=local
+  log "${name}" "built ${out}"
+}
+
 # Prometheus with only its Kubernetes service discovery (Debian's package has none, and the
 # sandbox discovers pods as a PodMonitor does: up.sh's prometheus.yml). Its build tags drop the
 # other discovery plugins (remove_all_sd, enable_kubernetes_sd: plugins/plugin_*.go); without
@@ -566,7 +592,8 @@ patch_copy_replaces() {
 # 22 min for the sandbox's steps on a nearly idle machine; Traefik 6, Prometheus 2, the metrics
 # adapter 5, Helm 3 4), for the progress lines: an estimate, printed, never waited on.
 declare -A COLD_MINUTES=([apt]=1 [crds]=1 [kwok]=3 [sim]=4 [helm]=4 [helm3]=4 [etcd]=2
-  [kubernetes]=9 [prometheus]=2 [prometheus_adapter]=5 [traefik]=6 [peers]=20)
+  [kubernetes]=9 [prometheus]=2 [prometheus_adapter]=5 [traefik]=6 [peers]=20
+  [argocd]=25)
 
 main() {
   command -v go >/dev/null || die "go is not installed (need Go >= 1.26)"
@@ -580,7 +607,7 @@ main() {
     # A cached step takes seconds; the estimate is for one that builds from nothing.
     log "${s}" "cold ≈ ${COLD_MINUTES[${s}]:-1} min on 2 cores; at most ≈ ${left} min left in this build"
     left=$((left - ${COLD_MINUTES[${s}]:-1}))
-    declare -F "step_${s}" >/dev/null || die "unknown step ${s} (steps: apt crds kwok sim helm helm3 etcd kubernetes prometheus prometheus_adapter traefik, and peers for bench/peers)"
+    declare -F "step_${s}" >/dev/null || die "unknown step ${s} (steps: apt crds kwok sim helm helm3 etcd kubernetes prometheus prometheus_adapter traefik, peers for bench/peers, argocd for the GitOps tier)"
     # One lock per step: two concurrent build.sh runs never build the same thing twice.
     lock="${IR_CACHE}/.build-${s}.lock"
     exec 9>"${lock}"
