@@ -28,6 +28,9 @@ command -v redis-server >/dev/null || die "redis-server is not installed: bash s
 HELM3="$(cached_bin helm3 "${HELM3_VERSION}")"
 [[ -x "${HELM3}" ]] || die "Helm ${HELM3_VERSION} (the repo server renders charts with it) is not built: bash sandbox/build.sh helm3"
 kubectl_() { "$(cached_bin kubectl "${KUBERNETES_VERSION}")" --kubeconfig "${IR_STATE}/kubeconfig" "$@"; }
+established() {
+  [[ "$(kubectl_ get crd "$1" -o jsonpath='{.status.conditions[?(@.type=="Established")].status}' 2>/dev/null)" == True ]]
+}
 
 # The multi-call binary picks its part by the name it is started under; the repo server finds
 # `helm` (v3, which Argo CD drives) and git on its PATH.
@@ -41,6 +44,8 @@ ln -sfn "${HELM3}" "${DIR}/bin/helm"
 # with the sandbox's admin kubeconfig), then the health check and actions this repository ships.
 src="$(cd "${IR_CACHE}/src" && GOTOOLCHAIN="${ARGOCD_GOTOOLCHAIN}" go mod download -json \
   "github.com/argoproj/argo-cd/v3@${ARGOCD_VERSION}" | jq -er .Dir)"
+# The repo server runs Argo CD's own git-verify-wrapper.sh on every revision (its image ships it).
+install -m 0755 "${src}/hack/git-verify-wrapper.sh" "${DIR}/bin/git-verify-wrapper.sh"
 "${IR_REPO}/.venv/bin/python" - "${src}/manifests/core-install.yaml" >"${DIR}/config.yaml" <<'PY'
 import sys, yaml
 keep = {"CustomResourceDefinition", "ConfigMap", "Secret"}
@@ -50,13 +55,32 @@ for d in docs:
         d["metadata"]["namespace"] = "argocd"
 print(yaml.safe_dump_all(docs))
 PY
+# The sandbox as Argo CD's cluster "sandbox" (its processes run outside any pod, so the in-cluster
+# destination https://kubernetes.default.svc, which needs a pod's service account, is turned off).
+"${IR_REPO}/.venv/bin/python" - "${IR_STATE}/kubeconfig" >"${DIR}/cluster.yaml" <<'PY'
+import json, sys, yaml
+kc = yaml.safe_load(open(sys.argv[1]))
+cluster, user = kc["clusters"][0]["cluster"], kc["users"][0]["user"]
+config = {"tlsClientConfig": {"caData": cluster["certificate-authority-data"],
+                              "certData": user["client-certificate-data"],
+                              "keyData": user["client-key-data"]}}
+print(yaml.safe_dump({
+    "apiVersion": "v1", "kind": "Secret",
+    "metadata": {"name": "cluster-sandbox", "namespace": "argocd",
+                 "labels": {"argocd.argoproj.io/secret-type": "cluster"}},
+    "stringData": {"name": "sandbox", "server": cluster["server"], "config": json.dumps(config)}}))
+PY
 {
   kubectl_ create namespace argocd --dry-run=client -o yaml | kubectl_ apply -f -
   kubectl_ apply --server-side --force-conflicts --field-manager ir-sandbox -f "${DIR}/config.yaml"
-  kubectl_ wait --for condition=Established --timeout 60s crd/applications.argoproj.io \
-    crd/appprojects.argoproj.io
+  for crd in applications.argoproj.io appprojects.argoproj.io; do
+    wait_for "CRD ${crd} Established" 60 "${IR_LOGS}/argocd-crds.log" established "${crd}"
+  done
   kubectl_ -n argocd patch configmap argocd-cm --type merge \
     --patch-file "${IR_REPO}/deploy/argocd/argocd-cm.yaml"
+  kubectl_ -n argocd patch configmap argocd-cm --type merge \
+    -p '{"data": {"cluster.inClusterEnabled": "false", "timeout.reconciliation": "10s"}}'
+  kubectl_ apply --server-side --force-conflicts --field-manager ir-sandbox -f "${DIR}/cluster.yaml"
   kubectl_ apply --server-side --force-conflicts --field-manager ir-sandbox -f - <<'YAML'
 apiVersion: argoproj.io/v1alpha1
 kind: AppProject
@@ -82,14 +106,14 @@ start_once() {  # start_once NAME PORT CMD...
 }
 
 start_once argocd-redis "${ARGOCD_REDIS_PORT}" redis-server --bind "${IR_HOST}" \
-  --port "${ARGOCD_REDIS_PORT}" --save "" --appendonly no
+  --port "${ARGOCD_REDIS_PORT}" --save "" --appendonly no --set-proc-title no  # its environ names the sandbox
 start_once git-daemon "${GIT_DAEMON_PORT}" git daemon --reuseaddr --export-all \
   --enable=receive-pack --base-path="${GIT_ROOT}" --listen="${IR_HOST}" \
   --port="${GIT_DAEMON_PORT}" "${GIT_ROOT}"
 export PATH="${DIR}/bin:${PATH}" ARGOCD_GPG_ENABLED=false
 start_once argocd-repo-server "${ARGOCD_REPO_PORT}" "${DIR}/bin/argocd-repo-server" \
   --port "${ARGOCD_REPO_PORT}" --address "${IR_HOST}" --metrics-port "${ARGOCD_REPO_METRICS_PORT}" \
-  --metrics-address "${IR_HOST}" --disable-tls --redis "${IR_HOST}:${ARGOCD_REDIS_PORT}" \
+  --metrics-address "${IR_HOST}" --disable-tls --client-ca-path "" --redis "${IR_HOST}:${ARGOCD_REDIS_PORT}" \
   --logformat text
 # --app-resync 10: the tests wait on Argo CD's view of the cluster, not on its 3-minute default.
 start_once argocd-application-controller "${ARGOCD_METRICS_PORT}" \

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from irsandbox.cluster import Cluster
@@ -71,6 +72,17 @@ class ArgoCD:
     def delete_app(self, name: str) -> None:
         kubectl(self.cluster, "delete", "application", "-n", "argocd", name, "--wait=false",
                 "--ignore-not-found")
+
+    def resource_health(self, app: str, kind: str, name: str) -> dict[str, str]:
+        """A resource's health as Argo CD computed it (its health check, in the Application's
+        resource tree: Argo CD 3 no longer copies it into the Application by default)."""
+        r = httpx.get(f"http://{self.env['ARGOCD_SERVER']}/api/v1/applications/{app}/"
+                      "resource-tree", timeout=30)
+        r.raise_for_status()
+        for node in r.json().get("nodes") or []:
+            if node.get("kind") == kind and node.get("name") == name:
+                return dict(node.get("health") or {})
+        return {}
 
     def cli(self, *args: str) -> str:
         """``argocd …`` through the sandbox's Argo CD API server (no logins: --disable-auth)."""
