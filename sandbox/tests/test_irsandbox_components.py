@@ -4,6 +4,7 @@ running sandbox is recognised. Real processes, a state dir of the test's own."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import time
 from collections.abc import Iterator
@@ -16,20 +17,23 @@ from irsandbox import components
 
 def start(state: Path, name: str, script: str) -> subprocess.Popen[bytes]:
     """A process recorded as sandbox part ``name`` of ``state`` (lib.sh's start_process: the
-    marker in its environment, its PID file, its log)."""
+    marker in its environment, its PID file, its log).  ``sleep N`` runs as itself, the rest
+    under bash."""
     (state / "pids").mkdir(parents=True, exist_ok=True)
     (state / "logs").mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "IR_SANDBOX_STATE": str(state)}
+    # Popen returns once its child has exec'd the program.  `bash -c "sleep 60"` would exec a
+    # second time (bash replaces itself by sleep) at an instant of its own, and while a process
+    # execs, /proc/<pid>/environ reads empty: a live part seen dead by the test, not by the
+    # code under test (a loaded machine made that window wide enough: a flaky test, 2026-12-07).
+    argv = script.split() if re.fullmatch(r"sleep \d+", script) else ["bash", "-c", script]
     with open(state / "logs" / f"{name}.log", "ab") as log:
-        proc = subprocess.Popen(["bash", "-c", script], env=env, stdout=log,
-                                stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT)
     (state / "pids" / f"{name}.pid").write_text(f"{proc.pid}\n")
-    # Until the child has exec'd, /proc/<pid>/environ is still this process's (no marker). The
-    # instant of bash exec'ing sleep reads empty too; dead_components looks twice for that.
     marker = f"IR_SANDBOX_STATE={state}".encode()
     deadline = time.monotonic() + 5
-    while proc.poll() is None and marker not in _environ(proc.pid):
-        assert time.monotonic() < deadline, f"{name} never exec'd"
+    while proc.poll() is None and marker not in _environ(proc.pid):  # a short script may end
+        assert time.monotonic() < deadline, f"{name}: no marker"  # (a zombie's environ is empty)
         time.sleep(0.01)
     return proc
 
