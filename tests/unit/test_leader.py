@@ -142,8 +142,12 @@ def test_timings_that_would_allow_two_leaders_are_refused(
 
 
 def holding(api: OneLease, lost: threading.Event) -> Holder:
-    """A leader (real clock, a 2 s renew deadline) whose Holder thread renews on ``api``."""
-    e = LeaseElector(api, "ops", "ir", "a", Timing(3, 2, 0.1))
+    """A leader (real clock, renewing every 0.1 s) whose Holder thread renews on ``api``.  Its
+    renew deadline (8 s) is far beyond the test's 3 s of work: whether renewals go on during that
+    work is what the renewal count proves, and a loaded machine that delays one renewal past a
+    tight deadline must not make the test fail (it did once at 2 s, under coverage beside a
+    running sandbox)."""
+    e = LeaseElector(api, "ops", "ir", "a", Timing(10, 8, 0.1))
     assert asyncio.run(e.try_acquire_or_renew())
     e.last_renewed = time.monotonic()
     holder = Holder(e, lambda: api, on_lost=lost.set)
@@ -153,8 +157,9 @@ def holding(api: OneLease, lost: threading.Event) -> Holder:
 
 def test_the_lease_is_renewed_while_the_operators_own_work_holds_the_main_thread() -> None:
     # The chaos run's failure: a burst of reconciles kept the operator's loop busy past the
-    # renew deadline and the leader exited.  Here the main thread computes for 3 s (longer
-    # than the 2 s deadline) and the thread keeps renewing.
+    # renew deadline and the leader exited.  Here the main thread computes for 3 s and the
+    # thread keeps renewing: about one renewal per 0.1 s period, where a renewal that waited on
+    # the main thread would make none until the work ends.
     api, lost = OneLease(), threading.Event()
     holder = holding(api, lost)
     before, until = api.renewals(), time.monotonic() + 3
