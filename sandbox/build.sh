@@ -544,7 +544,7 @@ own_module_build() {
 step_argocd() {
   local name=argocd version="${ARGOCD_VERSION}" out src dir
   local module=github.com/argoproj/argo-cd/v3 engine=github.com/argoproj/argo-cd/gitops-engine/v3
-  out="$(cached_bin "${name}" "${version}")"
+  out="$(cached_bin "${name}" "${ARGOCD_BUILD}")"
   apt_install_missing redis-server:redis-server  # its cache, for sandbox/argocd-up.sh
   if have_all "${out}"; then
     log "${name}" "cached ${out}"
@@ -555,6 +555,11 @@ step_argocd() {
   rm -rf "${src}" && mkdir -p "${src}"
   dir="$(go_info "${module}" "${version}" | jq -er .Dir)"
   cp -r "${dir}/." "${src}/" && chmod -R u+w "${src}"
+  # The application controller's metrics listen on every address (appcontroller.go hard-codes
+  # 0.0.0.0, and no flag sets it): a sandbox listens on loopback only.
+  local ctl="${src}/controller/appcontroller.go"
+  grep -q '"0.0.0.0:%d", metricsPort' "${ctl}" || die "${ctl}: the metrics address line moved; update the patch"
+  sed -i 's/"0.0.0.0:%d", metricsPort/"127.0.0.1:%d", metricsPort/' "${ctl}"
   log "${name}" "compiling ${module}@${version} ./cmd with ${GOTOOLCHAIN} (${engine} ${version} from the proxy)"
   (cd "${src}" && go mod edit -dropreplace="${engine}" -require="${engine}@${version}" &&
     GOWORK=off go build -mod=mod "${GO_BUILD_FLAGS[@]}" -o "${out}.tmp" \

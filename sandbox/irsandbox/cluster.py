@@ -97,6 +97,14 @@ class Cluster:
 
     # --- setup ------------------------------------------------------------------------------
 
+    def kubectl(self, *args: str, stdin: str | None = None, timeout: float = 60) -> str:
+        """``kubectl …`` against this sandbox; a failure raises with kubectl's own words."""
+        r = subprocess.run(["kubectl", *args], env={**os.environ, **self.env}, input=stdin,
+                           text=True, capture_output=True, timeout=timeout, check=False)
+        if r.returncode != 0:
+            raise AssertionError(f"kubectl {' '.join(args)}: {r.stderr.strip()}")
+        return r.stdout
+
     def install_crd(self) -> None:
         """Server-side apply of the committed CRD, then wait until it is Established."""
         body = yaml.safe_load(CRD_FILE.read_text())

@@ -9,8 +9,6 @@ Prometheus through prometheus-adapter behind the API server's aggregation layer
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 from typing import Any
 
 import pytest
@@ -22,14 +20,6 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(480)]
 
 #: The 20% step holds for 10 minutes (the test promotes or aborts it), then 100%.
 HELD_STEPS = [{"weight": 20, "pause": "10m"}, {"weight": 100}]
-
-
-def kubectl(story: Story, *args: str, stdin: str | None = None) -> str:
-    env = {**os.environ, **story.env}
-    out = subprocess.run(["kubectl", *args], env=env, input=stdin, capture_output=True,
-                         text=True, timeout=30, check=False)
-    assert out.returncode == 0, f"kubectl {' '.join(args)}: {out.stderr}"
-    return out.stdout
 
 
 def pods_by_revision(story: Story) -> dict[str, tuple[int, int]]:
@@ -60,18 +50,18 @@ def test_kubectl_scale_mid_release_resplits_without_restarting_the_step(
     v2 = then.canary()
     started = then.hold_starts(20, canary=v2)["stepStartedAt"]
     # When it is scaled to 8 through the scale subresource
-    kubectl(story, "scale", "ir", "scale", "-n", story.ns, "--replicas", "8")
+    story.cluster.kubectl("scale", "ir", "scale", "-n", story.ns, "--replicas", "8")
     # Then both revisions grow (surge: stable 8, canary ceil(8 x 20%) = 2), nothing else moves
     then.status(lambda s: pods_by_revision(story) == {v1: (8, 8), v2: (2, 2)}, 90,
                 "stable 8 and canary 2 Ready")
     held_at_20(then, v1, v2, started)
-    scale = json.loads(kubectl(story, "get", "--raw",
+    scale = json.loads(story.cluster.kubectl("get", "--raw",
                                f"/apis/rollouts.inference.dev/v1alpha1/namespaces/{story.ns}"
                                "/inferencerollouts/scale/scale"))
     assert scale["spec"]["replicas"] == 8 and scale["status"]["replicas"] == 10
     assert f"in ({min(v1, v2)},{max(v1, v2)})" in scale["status"]["selector"]
     # When it is scaled down to 1: each revision keeps the one pod its share needs
-    kubectl(story, "scale", "ir", "scale", "-n", story.ns, "--replicas", "1")
+    story.cluster.kubectl("scale", "ir", "scale", "-n", story.ns, "--replicas", "1")
     then.status(lambda s: pods_by_revision(story) == {v1: (1, 1), v2: (1, 1)}, 90,
                 "stable 1 and canary 1")
     held_at_20(then, v1, v2, started)
@@ -124,7 +114,8 @@ def test_hpa_on_queue_depth_scales_both_revisions_and_a_rollback_keeps_the_count
         "--max-num-seqs", "1"]
     v1 = given.rollout(manifest=manifest)
     # and an HPA keeping about 1 waiting request per pod, between 2 and 6 pods
-    kubectl(story, "apply", "-n", story.ns, "-f", "-", stdin=yaml.safe_dump(hpa("queue", 6)))
+    story.cluster.kubectl("apply", "-n", story.ns, "-f", "-",
+                          stdin=yaml.safe_dump(hpa("queue", 6)))
     when.template_changes(version="v2")
     v2 = then.canary()
     started = then.hold_starts(20, canary=v2)["stepStartedAt"]
@@ -150,7 +141,7 @@ def test_hpa_on_queue_depth_scales_both_revisions_and_a_rollback_keeps_the_count
                 and pods_by_revision(story).get(v2, (0, 0))[0] == 0, 120,
                 "stable at the full count, canary at 0")
     assert peak >= 5
-    events = kubectl(story, "get", "events", "-n", story.ns, "--field-selector",
+    events = story.cluster.kubectl("get", "events", "-n", story.ns, "--field-selector",
                      "involvedObject.kind=HorizontalPodAutoscaler", "-o", "name")
     assert events, "the HPA recorded no event"
 

@@ -9,7 +9,6 @@ its requests, a healthy one passes once its requests suffice, an undecided step 
 
 from __future__ import annotations
 
-import subprocess
 import time
 from typing import Any
 
@@ -139,17 +138,12 @@ def _node(name: str, pool: str) -> dict[str, Any]:
                                    "nvidia.com/gpu": "8"}}}
 
 
-def _kubectl(cluster: Cluster, *args: str, stdin: str | None = None) -> str:
-    return subprocess.run(["kubectl", *args], env={**cluster.env}, input=stdin, text=True,
-                          capture_output=True, check=True, timeout=60).stdout
-
-
 def test_a_canary_whose_pods_are_lost_loses_its_weight_within_one_interval(
         cluster: Cluster, operator_process: OperatorProcess, namespace: str) -> None:
     import json
 
     node = f"gpu-{namespace}"
-    _kubectl(cluster, "apply", "-f", "-", stdin=json.dumps(_node(node, namespace)))
+    cluster.kubectl("apply", "-f", "-", stdin=json.dumps(_node(node, namespace)))
     try:
         # Given a canary at 20% whose pods can run only on one GPU node
         rel = Release(cluster, operator_process, namespace, sandbox_rollout(
@@ -166,9 +160,9 @@ def test_a_canary_whose_pods_are_lost_loses_its_weight_within_one_interval(
             rel.wait(lambda s: s.get("canaryWeight") == 20, 90, "canary at 20%")
             v2 = rel.status()["canaryRevision"]
             # When that node stops taking pods and the canary's pods are deleted
-            _kubectl(cluster, "cordon", node)
+            cluster.kubectl("cordon", node)
             lost = time.monotonic()
-            _kubectl(cluster, "delete", "pods", "-n", namespace, "--wait=false",
+            cluster.kubectl("delete", "pods", "-n", namespace, "--wait=false",
                      "-l", f"rollouts.inference.dev/revision={v2}")
             # Then the canary's weight is back on stable within one analysis interval (5 s)
             rel.wait(lambda s: s.get("canaryWeight") == 0, 15, "canary weight back to 0")
@@ -177,9 +171,9 @@ def test_a_canary_whose_pods_are_lost_loses_its_weight_within_one_interval(
             assert any(e.startswith("CanaryUnavailable:") for e in rel.events())
             assert took <= 5 + 3, f"weight back on stable after {took:.1f}s"
             # And when the node takes pods again, the release goes on and is promoted
-            _kubectl(cluster, "uncordon", node)
+            cluster.kubectl("uncordon", node)
             rel.wait_healthy(revision=v2, timeout=180)
         finally:
             load.stop()
     finally:
-        _kubectl(cluster, "delete", "node", node, "--wait=false")
+        cluster.kubectl("delete", "node", node, "--wait=false")

@@ -27,13 +27,6 @@ from irsandbox.harness import OperatorProcess
 APP_GROUP = ("argoproj.io", "v1alpha1", "applications")
 
 
-def kubectl(cluster: Cluster, *args: str, stdin: str | None = None) -> str:
-    r = subprocess.run(["kubectl", *args], env={**os.environ, **cluster.env}, input=stdin,
-                       text=True, capture_output=True, timeout=60)
-    assert r.returncode == 0, f"kubectl {' '.join(args)}: {r.stderr}"
-    return r.stdout
-
-
 class ArgoCD:
     """Argo CD as sandbox/argocd-up.sh started it: Applications, and git repositories."""
 
@@ -56,7 +49,7 @@ class ArgoCD:
     # --- Applications ---
 
     def apply_app(self, app: dict[str, Any]) -> None:
-        kubectl(self.cluster, "apply", "--server-side", "--force-conflicts",
+        self.cluster.kubectl("apply", "--server-side", "--force-conflicts",
                 "--field-manager", "gitops-tests", "-f", "-", stdin=json.dumps(app))
 
     def app(self, name: str) -> dict[str, Any]:
@@ -70,7 +63,7 @@ class ArgoCD:
             {"metadata": {"annotations": {"argocd.argoproj.io/refresh": "normal"}}})
 
     def delete_app(self, name: str) -> None:
-        kubectl(self.cluster, "delete", "application", "-n", "argocd", name, "--wait=false",
+        self.cluster.kubectl("delete", "application", "-n", "argocd", name, "--wait=false",
                 "--ignore-not-found")
 
     def resource_health(self, app: str, kind: str, name: str) -> dict[str, str]:

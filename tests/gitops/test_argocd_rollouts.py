@@ -57,6 +57,7 @@ class Synced:
         self.release = Release(cluster, op, namespace, manifest)
         self.seen: list[tuple[str, str, str]] = []
         self.compared: list[tuple[str, str]] = []
+        self.started = False  # a push before start() leaves Argo CD's first sync to start()
 
     def push(self, manifest: dict[str, Any], message: str) -> str:
         self.release.manifest = self.release._hosted(manifest)
@@ -66,8 +67,6 @@ class Synced:
         if self.started:
             self.argocd.refresh(self.name)
         return sha
-
-    started = False
 
     def start(self) -> None:
         self.argocd.apply_app(application(self.name, self.repo, self.ns))
@@ -143,6 +142,35 @@ def test_a_commit_is_released_and_argocd_reports_its_health_throughout(synced: S
     assert v1 != v2
     assert not synced.drifted(), (synced.drifted(), synced.seen)
     print(f"Argo CD saw: {synced.seen}")
+
+
+def test_a_bad_release_is_rolled_back_and_argocd_says_degraded_with_the_reason(
+        synced: Synced) -> None:
+    # Given a rollout in git, synced and Healthy on v1
+    synced.push(synced.release.manifest, "v1")
+    synced.start()
+    synced.wait_app(lambda s: s[:2] == ("Synced", "Healthy"), 180, "Synced and Healthy")
+    v1 = synced.release.wait_healthy()["stableRevision"]
+    load = BackgroundLoad(synced.release.cluster.env, synced.release.host)
+    try:
+        # When a commit ships a model server that fails 30 % of its requests
+        synced.push(with_template(synced.release.manifest, version="v2", failure_rate=30),
+                    "v2, broken")
+        # Then the operator rolls it back on its own, and Argo CD reports the Application
+        # Degraded, the rollout's health naming the failed check
+        st = synced.release.wait(lambda s: s.get("aborted"), 180, "rolled back")
+        synced.wait_app(lambda s: s[1] == "Degraded", 60, "Degraded")
+    finally:
+        load.stop()
+    assert st["stableRevision"] == v1
+    assert synced.release.route().get(v1) == 100, synced.release.route()
+    degraded = synced.rollout_health()
+    assert degraded.get("status") == "Degraded", degraded
+    assert degraded.get("message", "").startswith("rolled back: errors"), degraded
+    # and the Application stays Synced: git still asks for v2, the cluster has v2's template,
+    # and the rollback lives in the status and the route the operator owns
+    assert synced.status()[0] == "Synced", synced.seen
+    assert not synced.drifted(), (synced.drifted(), synced.seen)
 
 
 def actions(synced: Synced) -> dict[str, bool]:

@@ -651,18 +651,12 @@ def _raise_weight(run: _Run, step: Step, ready: int) -> bool:
 def _testers_routed(run: _Run, step: Step) -> bool:
     """A testers' step has no weight to raise: its hold starts once the route carries the
     testers' header route (core/header_routes.py turns it on with the canary's first Ready pod)
-    and the gateway serves that generation.  The progress deadline rolls back one never served."""
-    st, spec, world = run.status, run.spec, run.world
-    if "testers" in world.route_header_routes and world.route == desired_route(st) and (
-            route_gate.verdict(spec, world.route_acceptance) == "Applied"):
+    and the gateway serves that generation."""
+    st, world = run.status, run.world
+    if _served(run, "testers" in world.route_header_routes and world.route == desired_route(st)):
         _start_hold(run, step)
         run.event("Normal", r.TESTERS_ROUTED, r.TESTERS_ROUTED_MSG.format(
-            steps=len(spec.strategy.steps), canary=st.canary_revision))
-        return False
-    if _deadline_passed(run):
-        _route_not_accepted(run, world.route_acceptance)
-        return False
-    run.wake_in(POLL_SECONDS)
+            steps=len(run.spec.strategy.steps), canary=st.canary_revision))
     return False
 
 
@@ -672,23 +666,30 @@ def _start_hold(run: _Run, step: Step) -> None:
 
 
 def _weight_in_force(run: _Run, step: Step) -> bool:
-    """The step's weight is written.  True once the gateway serves it: the hold starts when the
-    gateway has accepted the route's generation that carries it (or at once when nothing is
-    awaited, see :mod:`.route_gate`).  A weight the gateway has not accepted by the step's
-    progress deadline rolls the release back; a rollback itself never waits for the gateway."""
-    st, spec, world = run.status, run.spec, run.world
+    """The step's weight is written.  True once the gateway serves it (:func:`_served`); a
+    rollback itself never waits for the gateway."""
+    st, world = run.status, run.world
     if st.step_started_at is not None:
         return True
-    holds_it = world.route == desired_route(st)
-    if holds_it and route_gate.verdict(spec, world.route_acceptance) == "Applied":
-        _start_hold(run, step)
-        if isinstance(world.route_acceptance, RouteApplied):
-            run.event("Normal", r.ROUTE_ACCEPTED, r.ROUTE_HOLD_STARTS_MSG.format(
-                step=(st.current_step or 0) + 1, steps=len(spec.strategy.steps),
-                generation=world.route_acceptance.generation, weight=st.canary_weight))
+    if not _served(run, world.route == desired_route(st)):
+        return False
+    _start_hold(run, step)
+    if isinstance(world.route_acceptance, RouteApplied):
+        run.event("Normal", r.ROUTE_ACCEPTED, r.ROUTE_HOLD_STARTS_MSG.format(
+            step=(st.current_step or 0) + 1, steps=len(run.spec.strategy.steps),
+            generation=world.route_acceptance.generation, weight=st.canary_weight))
+    return True
+
+
+def _served(run: _Run, route_holds_it: bool) -> bool:
+    """Whether the gateway serves what the step needs: the route holds it and the gateway has
+    accepted that generation (or nothing is awaited, see :mod:`.route_gate`).  A step's hold
+    starts here, not when the API server stores the route; one the gateway has not served by
+    the step's progress deadline rolls the release back."""
+    if route_holds_it and route_gate.verdict(run.spec, run.world.route_acceptance) == "Applied":
         return True
     if _deadline_passed(run):
-        _route_not_accepted(run, world.route_acceptance if holds_it else None)
+        _route_not_accepted(run, run.world.route_acceptance if route_holds_it else None)
     return False
 
 
