@@ -137,15 +137,19 @@ class BackgroundLoad:
     business counter per revision is exported for custom business-metric queries."""
 
     def __init__(self, env: dict[str, str], host: str, rate: float = 20, seconds: int = 900,
-                 json_check: bool = False, metrics_port: int | None = None) -> None:
+                 json_check: bool = False, metrics_port: int | None = None,
+                 headers: dict[str, str] | None = None) -> None:
         cmd = [sys.executable, "-m", "irsandbox.loadgen", "--url", env["GATEWAY_URL"],
                "--host", host, "--model", SIM_MODEL, "--rate", str(rate),
                "--duration", str(seconds), "--max-tokens", "8"]
+        for name, value in (headers or {}).items():
+            cmd += ["--header", f"{name}:{value}"]
         if json_check:
             cmd.append("--json-check")
         if metrics_port:
             cmd += ["--metrics-port", str(metrics_port)]
-        log_path = state_dir() / "logs" / f"loadgen-{host}.log"
+        tag = "-headers" if headers else ""
+        log_path = state_dir() / "logs" / f"loadgen-{host}{tag}.log"
         log_path.parent.mkdir(parents=True, exist_ok=True)
         with log_path.open("ab") as log:
             self.proc = subprocess.Popen(

@@ -464,6 +464,7 @@ async def run_load(
     *,
     model: str,
     host: str | None = None,
+    extra_headers: dict[str, str] | None = None,
     rate: float = 20.0,
     duration: float | None = None,
     requests: int | None = None,
@@ -486,7 +487,7 @@ async def run_load(
     if duration is None and requests is None and stop is None:
         raise ValueError("give duration, requests or stop: the load must be bounded")
     endpoint = url.rstrip("/") + "/v1/chat/completions"
-    headers = {"Host": host} if host else {}
+    headers = {**({"Host": host} if host else {}), **(extra_headers or {})}
     if endpoints_file is None:
         candidate = state_dir() / "bridge" / "endpoints.json"
         endpoints_file = candidate if candidate.exists() else None
@@ -570,6 +571,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="gateway base URL (default: GATEWAY_URL from .sandbox/env)")
     parser.add_argument("--host", default=None, help="Host header: selects the HTTPRoute")
     parser.add_argument("--model", required=True, help="model name in the request")
+    parser.add_argument("--header", action="append", default=[], metavar="NAME:VALUE",
+                        help="a header on every request (repeatable), e.g. X-Canary:always")
     parser.add_argument("--rate", type=float, default=20.0,
                         help="requests per second (0: as fast as --concurrency allows)")
     group = parser.add_mutually_exclusive_group()
@@ -597,6 +600,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.duration = 30.0
     if args.rate < 0 or args.concurrency < 1:
         parser.error("--rate must be >= 0 and --concurrency >= 1")
+    if any(":" not in h for h in args.header):
+        parser.error("--header takes NAME:VALUE")
+    args.headers = dict(h.split(":", 1) for h in args.header)
     return args
 
 
@@ -615,7 +621,8 @@ async def amain(args: argparse.Namespace) -> LoadReport:
         loop.add_signal_handler(sig, stop.set)
     try:
         report = await run_load(
-            args.url, model=args.model, host=args.host, rate=args.rate, duration=args.duration,
+            args.url, model=args.model, host=args.host, extra_headers=args.headers,
+            rate=args.rate, duration=args.duration,
             requests=args.requests, stream=args.stream, json_check=args.json_check,
             concurrency=args.concurrency, max_tokens=args.max_tokens, timeout=args.timeout,
             metrics=metrics, stop=stop, seed=args.seed, retry=not args.no_retry)

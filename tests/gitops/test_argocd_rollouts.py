@@ -313,3 +313,80 @@ def test_a_users_route_in_git_needs_the_documented_ignore_differences(
             synced.seen)
     print(f"ignored={ignored}: git's backendRefs back {len(reverted)} times; "
           f"drift {synced.drifted()[:2]}; Argo CD saw {synced.seen}")
+
+
+HEADER_ROUTES_IGNORE = {"ignoreDifferences": [{
+    "group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "name": "chat",
+    "jqPathExpressions": [
+        ".spec.rules[].backendRefs",
+        '.spec.rules[] | select((.name // "") | startswith("inference-rollout-"))']}]}
+
+
+@pytest.mark.parametrize("rules_ignored", [False, True], ids=["weights-only", "documented-jq"])
+def test_header_routes_on_a_users_route_survive_self_heal_with_the_documented_jq(
+        synced: Synced, rules_ignored: bool) -> None:
+    """docs/traffic.md "GitOps": with testers and session affinity, the operator adds rules
+    git does not have (inference-rollout-*). The documented second jq expression keeps them
+    out of the diff and RespectIgnoreDifferences keeps self-heal from deleting them: the
+    release runs through its testers' step and a weighted one with the Application Synced.
+    Without it (the backendRefs expression alone), self-heal deletes them."""
+    from irsandbox.manifests import httproute
+
+    rel = synced.release
+    rel.manifest["spec"]["traffic"] = {
+        "gatewayAPI": {"httpRouteRef": {"name": "chat"}},
+        "testers": {"headers": [{"name": "X-Canary", "value": "always"}]},
+        "sessionAffinity": {"cookie": {"maxAge": "5m"}}}
+    rel.manifest["spec"]["strategy"]["steps"] = [
+        {"weight": 0, "pause": "15s"}, {"weight": 20, "pause": "15s"}, {"weight": 100}]
+    git_route = httproute("chat", [("chat-from-git", 100)], [rel.host])
+    synced.repo.commit({"rollout/route.yaml": yaml.safe_dump(git_route)}, "the user's route")
+    synced.push(rel.manifest, "v1")
+    app = application(synced.name, synced.repo, synced.ns)
+    app["spec"].update(HEADER_ROUTES_IGNORE if rules_ignored else ROUTE_IGNORE)
+    app["spec"]["syncPolicy"]["syncOptions"].append("RespectIgnoreDifferences=true")
+    synced.argocd.apply_app(app)
+    synced.started = True
+    synced.wait_app(lambda s: s[0] == "Synced", 180, "Synced")
+    v1 = rel.wait(lambda s: s.get("phase") == "Healthy", 120, "Healthy")["stableRevision"]
+    kinds_seen: set[str] = set()  # which header routes the live route held, over the release
+    lost: list[tuple[str, ...]] = []  # reads where a rule the step needs was gone
+
+    def watch() -> None:
+        synced.status()
+        st = rel.status()
+        names = tuple(r.get("name", "") for r in rel.cluster.route(rel.ns, "chat")["spec"]["rules"])
+        held = {k for k in ("testers", "sessions") if any(f"-{k}-" in n for n in names)}
+        kinds_seen.update(held)
+        if "testers" in kinds_seen and st.get("canaryRevision") and st.get(
+                "stepStartedAt") and "testers" not in held:
+            lost.append(names)
+
+    load = BackgroundLoad(rel.cluster.env, rel.host)
+    testers = BackgroundLoad(rel.cluster.env, rel.host, rate=5, headers={"X-Canary": "always"})
+    try:
+        synced.push(with_template(rel.manifest, version="v2"), "v2")
+        end = time.monotonic() + 180
+        while time.monotonic() < end:
+            watch()
+            st = rel.status()
+            if st.get("phase") == "Healthy" and not st.get("canaryRevision") and st.get(
+                    "stableRevision") != v1:
+                break
+            time.sleep(0.5)
+    finally:
+        load.stop()
+        testers.stop()
+    print(f"rules ignored={rules_ignored}: header routes seen {sorted(kinds_seen)}; testers' "
+          f"rule missing in {len(lost)} reads; drift {synced.drifted()[:2]}; "
+          f"Argo CD saw {synced.seen}")
+    assert "testers" in kinds_seen, kinds_seen
+    if rules_ignored:
+        assert rel.status().get("stableRevision") != v1, rel.status()
+        assert kinds_seen == {"testers", "sessions"}, kinds_seen
+        assert not lost, lost[:3]
+        assert not synced.drifted(), (synced.drifted(), synced.seen)
+    else:
+        assert lost or synced.drifted(), (
+            "self-heal without the rules' expression was expected to delete them", synced.seen)
+
