@@ -1,7 +1,7 @@
 """Calibration on real parts (issue 30, item 5): short releases through Traefik and the sandbox's
 Prometheus, decided by the production rule, counted where users meet them.
 
-    .venv/bin/python bench/calibration.py [--lanes 3] [--releases 6] [--rate 4]
+    .venv/bin/python bench/calibration.py [--lanes 3] [--releases 6] [--minutes M] [--rate 4]
         [--scenarios healthy gross errors5] [--timeout 600] [--json PATH]
 
 Method: ``--lanes`` rollouts in one namespace (two simulator pods each), each with its own load
@@ -65,6 +65,8 @@ def _lane(bench: Bench, lane: int, args: argparse.Namespace, out: list[Outcome])
     seen = {stable}
     try:
         for i in range(args.releases):
+            if args.minutes and time.monotonic() > args.started + 60 * args.minutes:
+                break  # the time budget: no new release (the one running ends first)
             scenario = args.scenarios[i % len(args.scenarios)]
             began = time.time()
             rel.apply(with_template(manifest, version=f"v{lane}-{i}", **SCENARIOS[scenario]))
@@ -149,8 +151,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rate", type=float, default=4.0, help="req/s through Traefik, per lane")
     p.add_argument("--scenarios", nargs="+", default=list(SCENARIOS), choices=list(SCENARIOS))
     p.add_argument("--timeout", type=float, default=600, help="seconds a release may take")
+    p.add_argument("--minutes", type=float, default=0,
+                   help="start no release after this many minutes (0: no limit)")
     p.add_argument("--json", help="write every release here (default .sandbox/bench/)")
     args = p.parse_args(argv)
+    args.started = time.monotonic()
     bench = Bench("calibration", args)
     bench.op.start()
     outcomes: list[Outcome] = []

@@ -1,0 +1,197 @@
+"""Which running pods serve which version of a rollout's LoRA adapters, and the next safe move
+toward that (issue 31, item 1; the design is docs/adapters.md).
+
+An adapter release changes no pod template: the operator loads the new adapter versions into
+a subset of the running pods (sized by the step's weight), which a Service of their own selects
+by label, and the route splits between the two subsets.  What makes it safe is the order each
+pod is moved in, planned here and nowhere else:
+
+1. **Out of the endpoints first.**  A pod that must change is taken out of every Service
+   (its readiness gate ``rollouts.inference.dev/adapters`` set False) and left to drain for
+   ``drain_seconds`` before anything is loaded: no request sees an adapter change under it.
+2. **Load, unload, then read back.**  The adapters of the pod's target set are loaded (vLLM
+   replaces an adapter of the same name in place), names no set uses any more are unloaded, and
+   the next plan reads the pod's ``/v1/models`` again: what the pod *says* it serves is the only
+   truth a plan starts from.
+3. **Label, then admit.**  Only a pod whose ``/v1/models`` lists exactly its target set gets
+   that set's label and its gate True.
+
+A crash between any two moves leaves a pod either out of the endpoints, or in them serving
+exactly the set its label names; the next plan continues from what it observes.  A container
+that restarted after its gate was set lost its runtime adapters: its gate is stale, and it is
+taken out again (until then vLLM answers 404 for the adapter's model name on it, never another
+version).  Pure: it reads the observation and returns moves; the reconciler applies them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from ..api import HASH_LENGTH
+
+#: Adapter name → the source (path or URI) vLLM loads it from.
+AdapterSources = Mapping[str, str]
+
+
+def set_id(adapters: AdapterSources) -> str:
+    """A set of adapter versions' name: a label value, like a revision's hash."""
+    canonical = "\n".join(f"{name}={adapters[name]}" for name in sorted(adapters))
+    return hashlib.sha256(canonical.encode()).hexdigest()[:HASH_LENGTH]
+
+
+@dataclass(frozen=True)
+class PodAdapters:
+    """One running pod of the revision, as observed."""
+
+    name: str
+    #: Its serving container is Ready (vLLM answers): a pod that is not is left alone.
+    serving: bool
+    #: Adapter name → source, as its ``/v1/models`` lists them; None: could not be read.
+    loaded: Mapping[str, str] | None
+    #: The set its label says it serves (None: no label yet).
+    label: str | None
+    #: Its readiness gate is True: it is in the Services' endpoints (with ``serving``).
+    admitted: bool
+    #: When the gate last changed, and when the serving container last started.
+    gate_changed_at: datetime | None = None
+    container_started_at: datetime | None = None
+
+    @property
+    def gate_stale(self) -> bool:
+        """The gate was set before the container's current start: its runtime adapters are gone."""
+        return (self.admitted and self.gate_changed_at is not None
+                and self.container_started_at is not None
+                and self.container_started_at > self.gate_changed_at)
+
+
+@dataclass(frozen=True)
+class Evict:
+    """Set the pod's gate False: out of every Service's endpoints."""
+
+    pod: str
+
+
+@dataclass(frozen=True)
+class LoadAdapter:
+    pod: str
+    adapter: str
+    source: str
+
+
+@dataclass(frozen=True)
+class UnloadAdapter:
+    pod: str
+    adapter: str
+
+
+@dataclass(frozen=True)
+class Admit:
+    """Label the pod with the set it serves, then set its gate True (in that order)."""
+
+    pod: str
+    set_id: str
+
+
+PodMove = Evict | LoadAdapter | UnloadAdapter | Admit
+
+
+@dataclass(frozen=True)
+class AdapterPlan:
+    #: Pod name → the set it is to serve.
+    targets: dict[str, str]
+    moves: tuple[PodMove, ...]
+    #: Pods admitted and serving their target, per set.
+    in_place: dict[str, int]
+    #: Seconds until a draining pod may be changed (None: nothing waits on time).
+    wake_in: float | None
+
+
+def canary_pods(pods: int, weight: int) -> int:
+    """Pods that serve the canary set at ``weight`` %: their share of the pods, rounded up, at
+    least one while the weight is above 0 and at most all but one below 100 (the stable set
+    keeps a pod until promotion).  One pod cannot be split: it moves at 100 % only (the
+    validation refuses an adapter release on fewer than 2 replicas for that reason)."""
+    if weight >= 100:
+        return pods
+    if weight <= 0 or pods < 2:
+        return 0
+    return max(1, min(pods - 1, math.ceil(pods * weight / 100)))
+
+
+def targets(pods: Sequence[PodAdapters], sets: Mapping[str, AdapterSources], stable: str,
+            canary: str | None, weight: int) -> dict[str, str]:
+    """Each pod's target set.  The canary's pods are those that already serve it (or carry its
+    label), then by name: a pod is never moved back and forth between two plans."""
+    if canary is None or canary == stable:
+        return {p.name: stable for p in pods}
+    k = canary_pods(len(pods), weight)
+    wanted = sets[canary]
+
+    def on_canary(p: PodAdapters) -> bool:
+        return p.label == canary or (p.loaded is not None and _serves(p.loaded, wanted, sets))
+
+    ordered = sorted(pods, key=lambda p: (not on_canary(p), p.name))
+    chosen = {p.name for p in ordered[:k]}
+    return {p.name: canary if p.name in chosen else stable for p in pods}
+
+
+def _managed(sets: Mapping[str, AdapterSources]) -> set[str]:
+    return {name for adapters in sets.values() for name in adapters}
+
+
+def _serves(loaded: Mapping[str, str], wanted: AdapterSources,
+            sets: Mapping[str, AdapterSources]) -> bool:
+    """The pod's loaded adapters, among those the rollout manages, are exactly ``wanted``."""
+    managed = _managed(sets)
+    return {k: v for k, v in loaded.items() if k in managed} == dict(wanted)
+
+
+def plan(pods: Sequence[PodAdapters], sets: Mapping[str, AdapterSources], stable: str,
+         canary: str | None, weight: int, now: datetime, drain_seconds: float) -> AdapterPlan:
+    """The next moves toward ``weight`` % of the pods on ``canary`` (the rest on ``stable``).
+
+    ``sets``: set id → its adapters, for every set named by a target or a label (a label of a
+    set not in ``sets`` is treated as wrong).  One pod at a time is taken out of the endpoints
+    to be changed; a stale gate is taken out at once, whatever else is out."""
+    want = targets(pods, sets, stable, canary, weight)
+    managed = _managed(sets)
+    moves: list[PodMove] = []
+    in_place: dict[str, int] = {}
+    wake: float | None = None
+    # Pods out of the endpoints on the way to another set: one at a time, so a release never
+    # takes more than one pod's capacity away (a pod that is down is not ours to count).
+    draining = sum(1 for p in pods if p.serving and not p.admitted)
+    for p in sorted(pods, key=lambda p: p.name):
+        target = want[p.name]
+        adapters = sets[target]
+        correct = p.loaded is not None and _serves(p.loaded, adapters, sets)
+        if p.admitted and not p.gate_stale and p.label == target and correct:
+            in_place[target] = in_place.get(target, 0) + 1
+            continue
+        if not p.serving or p.loaded is None:
+            continue  # nothing to talk to: the container's readiness keeps it out
+        if p.admitted:
+            if p.gate_stale or draining == 0:
+                moves.append(Evict(p.name))
+                draining += 1
+            continue
+        waited = ((now - p.gate_changed_at).total_seconds()
+                  if p.gate_changed_at is not None else drain_seconds)
+        if waited < drain_seconds:
+            left = drain_seconds - waited
+            wake = left if wake is None else min(wake, left)
+            continue
+        if not correct:
+            for name in sorted(adapters):
+                if p.loaded.get(name) != adapters[name]:
+                    moves.append(LoadAdapter(p.name, name, adapters[name]))
+            for name in sorted(set(p.loaded) & managed - set(adapters)):
+                moves.append(UnloadAdapter(p.name, name))
+            continue  # read back before admitting
+        moves.append(Admit(p.name, target))
+    return AdapterPlan(want, tuple(moves), in_place, wake)
+
