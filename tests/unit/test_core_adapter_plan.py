@@ -208,7 +208,7 @@ def test_a_pod_that_cannot_be_read_is_left_alone() -> None:
     pods = steady(2)
     pods["pod-1"] = replace(pods["pod-1"], loaded=None)
     pl = plan(list(pods.values()), SETS, S1, S2, 50, T0, DRAIN)
-    assert all(m.pod != "pod-1" for m in pl.moves)  # type: ignore[attr-defined]
+    assert all(m.pod != "pod-1" for m in pl.moves)
 
 
 def test_targets_without_a_canary_are_all_stable() -> None:
