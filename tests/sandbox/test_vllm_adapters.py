@@ -1,0 +1,134 @@
+"""The LoRA adapter client (workloads/lora.py) against a real llm-d-inference-sim (the sandbox's
+model server, which implements vLLM's runtime load/unload endpoints and lists adapters in
+/v1/models as vLLM does: ``parent`` the base model, ``root`` the path), then the answers a real
+vLLM gives that the simulator does not (400 "already been loaded" from a vLLM without
+``load_inplace``; a refused source) from a scripted transport.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from inference_rollout.workloads.lora import AdapterCallError, PodServer, VLLMAdapters
+from irsandbox.common import find_sim_binary, free_port, wait_for
+
+
+@pytest.fixture()
+def sim() -> Iterator[PodServer]:
+    port = free_port()
+    proc = subprocess.Popen(
+        [find_sim_binary(), f"--port={port}", "--model=base", "--mode=echo",
+         "--force-dummy-tokenizer", "--max-loras=2",
+         "--lora-modules", json.dumps({"name": "support", "path": "/adapters/support/v1"})],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        def up() -> bool:
+            try:
+                return httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=1).is_success
+            except httpx.HTTPError:
+                return False
+        wait_for(up, 30, "the simulator to answer /v1/models", interval=0.2)
+        yield PodServer("127.0.0.1", port)
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def chat(pod: PodServer, model: str) -> int:
+    return httpx.post(f"{pod.url}/v1/chat/completions", timeout=10, json={
+        "model": model, "max_tokens": 4, "messages": [{"role": "user", "content": "hi"}]}
+    ).status_code
+
+
+def test_a_real_server_lists_loads_in_place_and_unloads(sim: PodServer) -> None:
+    async def scenario() -> None:
+        async with httpx.AsyncClient() as client:
+            lora = VLLMAdapters(client)
+            # the adapter named at start, not the base model
+            assert await lora.loaded(sim) == {"support": "/adapters/support/v1"}
+            # a new version under the same name: clients keep asking for "support"
+            await lora.load(sim, "support", "/adapters/support/v2")
+            await lora.load(sim, "code", "/adapters/code/v1")
+            assert await lora.loaded(sim) == {"support": "/adapters/support/v2",
+                                              "code": "/adapters/code/v1"}
+            assert chat(sim, "support") == 200
+            await lora.unload(sim, "support")
+            assert await lora.loaded(sim) == {"code": "/adapters/code/v1"}
+            assert chat(sim, "support") == 404  # gone: not found, never another version
+    asyncio.run(scenario())
+
+
+def test_a_pod_that_does_not_answer_is_unreachable() -> None:
+    async def scenario() -> None:
+        async with httpx.AsyncClient() as client:
+            with pytest.raises(AdapterCallError) as e:
+                await VLLMAdapters(client).loaded(PodServer("127.0.0.1", free_port()))
+            assert e.value.kind == "unreachable"
+    asyncio.run(scenario())
+
+
+class ScriptedVLLM:
+    """A vLLM that has no ``load_inplace`` (it answers 400 for a loaded name, as vLLM < 0.11
+    does), and refuses one source."""
+
+    def __init__(self) -> None:
+        self.loaded: dict[str, str] = {"support": "/v1"}
+        self.calls: list[str] = []
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content or b"{}")
+        self.calls.append(f"{request.url.path} {body.get('lora_name', '')}")
+        if request.url.path == "/v1/models":
+            data = [{"id": "base", "root": "base", "parent": None}] + [
+                {"id": k, "root": v, "parent": "base"} for k, v in self.loaded.items()]
+            return httpx.Response(200, json={"object": "list", "data": data})
+        name = body["lora_name"]
+        if request.url.path == "/v1/unload_lora_adapter":
+            if self.loaded.pop(name, None) is None:
+                return httpx.Response(404, text=f"The lora adapter '{name}' cannot be found.")
+            return httpx.Response(200, text="Success")
+        if body["lora_path"].startswith("s3://no-such-bucket"):
+            return httpx.Response(400, text="Loading lora failed: No adapter found for s3://…")
+        if name in self.loaded:
+            return httpx.Response(400, text=f"The lora adapter '{name}' has already been loaded.")
+        self.loaded[name] = body["lora_path"]
+        return httpx.Response(200, text="Success")
+
+
+def test_a_server_without_load_inplace_is_unloaded_then_loaded_and_a_bad_source_refused(
+) -> None:
+    vllm = ScriptedVLLM()
+    pod = PodServer("10.244.0.7", 8000)
+
+    async def scenario() -> None:
+        async with httpx.AsyncClient(transport=httpx.MockTransport(vllm)) as client:
+            lora = VLLMAdapters(client)
+            await lora.load(pod, "support", "/v2")
+            assert vllm.loaded == {"support": "/v2"}
+            assert vllm.calls == ["/v1/load_lora_adapter support",
+                                  "/v1/unload_lora_adapter support",
+                                  "/v1/load_lora_adapter support"]
+            with pytest.raises(AdapterCallError) as e:
+                await lora.load(pod, "code", "s3://no-such-bucket/code")
+            assert e.value.kind == "refused" and "HTTP 400" in e.value.detail
+            assert await lora.loaded(pod) == {"support": "/v2"}
+    asyncio.run(scenario())
+
+
+def test_an_answer_that_is_not_vllms_is_malformed() -> None:
+    def odd(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, text="<html>gateway login</html>")
+
+    async def scenario() -> None:
+        async with httpx.AsyncClient(transport=httpx.MockTransport(odd)) as client:
+            with pytest.raises(AdapterCallError) as e:
+                await VLLMAdapters(client).loaded(PodServer("::1", 8000))
+            assert e.value.kind == "malformed"
+    asyncio.run(scenario())
+    assert PodServer("::1", 8000).url == "http://[::1]:8000"
