@@ -5,6 +5,7 @@ Nothing here does I/O: the bridge, the gateway and the unit tests share it.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from dataclasses import dataclass, field
@@ -70,6 +71,11 @@ class VLLMArgs:
     max_num_seqs: int | None = None
     max_model_len: int | None = None
     port: int | None = None
+    #: LoRA: ``--enable-lora``, ``--max-loras``, and the adapters ``--lora-modules`` names at start
+    #: (vLLM's ``name=path`` or JSON forms), which the simulator serves the same way.
+    enable_lora: bool = False
+    max_loras: int | None = None
+    lora_modules: tuple[str, ...] = ()
 
     @property
     def public_name(self) -> str:
@@ -110,7 +116,10 @@ def parse_vllm_args(argv: list[str]) -> VLLMArgs:
     """
     model = ""
     served: list[str] = []
+    lora_modules: list[str] = []
+    flags: set[str] = set()
     values: dict[str, str] = {}
+    many = {"served-model-name": served, "lora-modules": lora_modules}  # nargs='+' in vLLM
     i = 0
     n = len(argv)
     while i < n:
@@ -121,14 +130,14 @@ def parse_vllm_args(argv: list[str]) -> VLLMArgs:
             continue
         if arg.startswith("--"):
             key, eq, inline = arg[2:].partition("=")
-            if key == "served-model-name":
+            if key in many:
                 if eq:
-                    served.append(inline)
+                    many[key].append(inline)
                     i += 1
                     continue
                 i += 1
                 while i < n and not argv[i].startswith("--"):
-                    served.append(argv[i])
+                    many[key].append(argv[i])
                     i += 1
                 continue
             if eq:
@@ -139,6 +148,7 @@ def parse_vllm_args(argv: list[str]) -> VLLMArgs:
                 i += 2
             else:
                 value = None
+                flags.add(key)
                 i += 1
             if key == "model" and value:
                 model = value
@@ -152,6 +162,9 @@ def parse_vllm_args(argv: list[str]) -> VLLMArgs:
         max_num_seqs=_int_or_none(values.get("max-num-seqs")),
         max_model_len=_int_or_none(values.get("max-model-len")),
         port=_int_or_none(values.get("port")),
+        enable_lora="enable-lora" in flags or values.get("enable-lora", "").lower() == "true",
+        max_loras=_int_or_none(values.get("max-loras")),
+        lora_modules=tuple(m for m in lora_modules if m),
     )
 
 
@@ -235,6 +248,14 @@ def behaviour_of(annotations: dict[str, str] | None) -> Behaviour:
     )
 
 
+def _sim_lora_module(module: str) -> str:
+    """vLLM's ``name=path`` (or its JSON form) as the simulator's JSON form."""
+    if module.lstrip().startswith("{"):
+        return module
+    name, _, path = module.partition("=")
+    return json.dumps({"name": name, "path": path or name})
+
+
 def _ms(value: float) -> str:
     """A Go duration string for milliseconds (``time.ParseDuration`` accepts fractions)."""
     return f"{value:g}ms"
@@ -265,6 +286,11 @@ def sim_command(binary: str, port: int, args: VLLMArgs, behaviour: Behaviour) ->
     ]
     if args.max_model_len:
         cmd.append(f"--max-model-len={args.max_model_len}")
+    if args.enable_lora:
+        # vLLM's default is 1 adapter on the GPU at once; the simulator's too
+        cmd.append(f"--max-loras={args.max_loras or 1}")
+        if args.lora_modules:
+            cmd += ["--lora-modules", *(_sim_lora_module(m) for m in args.lora_modules)]
     if behaviour.startup_seconds:
         cmd.append(f"--startup-duration={behaviour.startup_seconds:g}s")
     return cmd

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from irsandbox import podspec
@@ -136,3 +138,23 @@ def test_pod_ready_and_condition():
     assert podspec.is_pod_ready(p)
     assert podspec.condition(p, "Ready")["status"] == "True"
     assert podspec.pod_key(p) == "serving/chat-abc123-5d9f7-xk2p4"
+
+
+def test_lora_flags_reach_the_simulator():
+    args = podspec.parse_vllm_args([
+        "vllm", "serve", "Qwen/Qwen2.5-7B-Instruct", "--enable-lora", "--max-loras", "2",
+        "--lora-modules", "support=/adapters/support/v1",
+        '{"name": "code", "path": "/adapters/code/v3"}', "--max-lora-rank", "16"])
+    assert args.enable_lora and args.max_loras == 2
+    assert args.lora_modules == ("support=/adapters/support/v1",
+                                 '{"name": "code", "path": "/adapters/code/v3"}')
+    cmd = podspec.sim_command("/bin/sim", 1, args, Behaviour())
+    assert "--max-loras=2" in cmd
+    i = cmd.index("--lora-modules")
+    assert [json.loads(m) for m in cmd[i + 1:i + 3]] == [
+        {"name": "support", "path": "/adapters/support/v1"},
+        {"name": "code", "path": "/adapters/code/v3"}]
+    # without --enable-lora vLLM serves no adapter: neither does the simulator
+    plain = podspec.sim_command("/bin/sim", 1, podspec.parse_vllm_args(
+        ["--model", "m", "--lora-modules", "a=/a"]), Behaviour())
+    assert "--lora-modules" not in plain and not any(a.startswith("--max-loras") for a in plain)
