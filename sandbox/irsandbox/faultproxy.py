@@ -20,7 +20,16 @@ go to it, and it forwards everything to the simulator. Two jobs:
    ``floor(k * rate / 100)`` steps up, so 8 % means 8 of every 100 responses. Rate 0 (no
    annotation) changes nothing.
 
-3. **Who answered.** Every forwarded response carries ``X-Serving-Pod`` (``namespace/name``) and,
+3. **A bad LoRA adapter.** An adapter loaded through the shim (``POST /v1/load_lora_adapter``)
+   whose source carries ``sim-failure-rate=P`` and/or ``sim-ttft-ms=T`` in its query string
+   (``/adapters/support/v2?sim-failure-rate=100``) misbehaves for requests to its name only:
+   P % of them (exactly, by the same error-diffusion counter) are answered 503 as the
+   simulator's injected failures are, and each waits T ms before it is forwarded. The base
+   model and other adapters are untouched, and loading the name again with a plain source
+   heals it: a pod's adapter versions can be good or bad while the pod keeps running, which is
+   what an adapter release changes (docs/adapters.md).
+
+4. **Who answered.** Every forwarded response carries ``X-Serving-Pod`` (``namespace/name``) and,
    when the bridge knows them, ``X-Serving-Rollout`` and ``X-Serving-Revision``: set on the pod
    side, so a client can attribute an answer whatever gateway carried it (Traefik sets no such
    header; the sandbox's nginx translator adds its own ``X-Backend-*``).
@@ -50,7 +59,9 @@ import json
 import signal
 import socket
 import time
+from dataclasses import dataclass
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import aiohttp
 from aiohttp import web
@@ -135,6 +146,29 @@ def corrupt_sse_line(line: bytes) -> tuple[bytes, bool]:
     return line, False
 
 
+@dataclass(frozen=True)
+class AdapterFault:
+    """How requests to one adapter misbehave, from the ``sim-*`` query of its source."""
+
+    failure_rate: float = 0.0
+    ttft_ms: float = 0.0
+
+    @staticmethod
+    def of(source: str) -> AdapterFault | None:
+        query = parse_qs(urlsplit(source).query)
+
+        def number(key: str) -> float:
+            try:
+                return max(0.0, float(query.get(key, ["0"])[0]))
+            except ValueError:
+                return 0.0
+        fault = AdapterFault(min(100.0, number("sim-failure-rate")), number("sim-ttft-ms"))
+        return fault if fault.failure_rate or fault.ttft_ms else None
+
+
+LORA_LOAD, LORA_UNLOAD = "/v1/load_lora_adapter", "/v1/unload_lora_adapter"
+
+
 class FaultProxy:
     def __init__(self, upstream: str, rate: float, pod: str = "", rollout: str = "",
                  revision: str = "") -> None:
@@ -145,6 +179,8 @@ class FaultProxy:
                                            ("X-Serving-Revision", revision)) if v}
         self.metrics = HttpMetrics()
         self.session: aiohttp.ClientSession | None = None
+        #: Adapter name → its fault and the counter that spreads its failures exactly.
+        self.adapter_faults: dict[str, tuple[AdapterFault, Corrupter]] = {}
 
     async def start(self, app: web.Application) -> None:
         self.session = aiohttp.ClientSession(
@@ -214,6 +250,11 @@ class FaultProxy:
         assert self.session is not None
         headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP}
         data = await request.read()
+        if self.adapter_faults and request.method == "POST" and request.path in CHECKED_PATHS:
+            failed = await self._adapter_fault(data)
+            if failed is not None:
+                served["status"] = failed.status
+                return failed
         url = self.upstream + request.path_qs
         try:
             upstream = await self.session.request(request.method, url, headers=headers, data=data)
@@ -221,6 +262,9 @@ class FaultProxy:
             served["status"] = 502
             return web.json_response({"error": f"upstream: {e}"}, status=502)
         async with upstream:
+            if request.method == "POST" and request.path in (LORA_LOAD, LORA_UNLOAD) and (
+                    200 <= upstream.status < 300):
+                self._adapter_changed(request.path, data)
             checked = (
                 request.method == "POST"
                 and request.path in CHECKED_PATHS
@@ -250,6 +294,39 @@ class FaultProxy:
                 await resp.write(chunk)
             await resp.write_eof()
             return resp
+
+
+    def _adapter_changed(self, path: str, data: bytes) -> None:
+        """The simulator loaded or unloaded an adapter: its fault is the new source's."""
+        try:
+            body = json.loads(data)
+            name = str(body["lora_name"])
+        except (ValueError, KeyError, TypeError):
+            return
+        fault = AdapterFault.of(str(body.get("lora_path", ""))) if path == LORA_LOAD else None
+        if fault is None:
+            self.adapter_faults.pop(name, None)
+        else:
+            self.adapter_faults[name] = (fault, Corrupter(fault.failure_rate))
+
+    async def _adapter_fault(self, data: bytes) -> web.Response | None:
+        """A request to a faulty adapter: its delay, then its share of 503s."""
+        try:
+            model = json.loads(data).get("model")
+        except (ValueError, AttributeError):
+            return None
+        entry = self.adapter_faults.get(model) if isinstance(model, str) else None
+        if entry is None:
+            return None
+        fault, counter = entry
+        if fault.ttft_ms:
+            await asyncio.sleep(fault.ttft_ms / 1000)
+        if counter.next():
+            return web.json_response(
+                {"error": {"message": f"sandbox: adapter {model} failed (sim-failure-rate)",
+                           "type": "server_error", "code": 503}},
+                status=503, headers=self.identity)
+        return None
 
 
 def add_routes(app: web.Application, proxy: FaultProxy) -> None:

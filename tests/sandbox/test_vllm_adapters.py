@@ -10,12 +10,14 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
+import time
 from collections.abc import Iterator
 
 import httpx
 import pytest
 
 from inference_rollout.workloads.lora import AdapterCallError, PodServer, VLLMAdapters
+from irsandbox import faultproxy
 from irsandbox.common import find_sim_binary, free_port, wait_for
 
 
@@ -132,3 +134,47 @@ def test_an_answer_that_is_not_vllms_is_malformed() -> None:
             assert e.value.kind == "malformed"
     asyncio.run(scenario())
     assert PodServer("::1", 8000).url == "http://[::1]:8000"
+
+
+def test_the_sandbox_shim_makes_one_adapter_version_bad_and_a_plain_reload_heals_it(
+        sim: PodServer) -> None:
+    """The sandbox's "bad adapter" (irsandbox.faultproxy, item 3): a source with
+    ``sim-failure-rate`` / ``sim-ttft-ms`` in its query fails or slows requests to that adapter's
+    name only, on a running pod; loading the name again from a plain source heals it."""
+    from aiohttp import web
+
+    async def scenario() -> None:
+        app = web.Application()
+        faultproxy.add_routes(app, faultproxy.FaultProxy(sim.url, 0, "ns/pod-0"))
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        pod = PodServer("127.0.0.1", port)
+        try:
+            async with httpx.AsyncClient(timeout=10) as client:
+                lora = VLLMAdapters(client)
+
+                async def ask(model: str) -> tuple[int, float]:
+                    began = time.monotonic()
+                    r = await client.post(f"{pod.url}/v1/chat/completions", json={
+                        "model": model, "max_tokens": 4,
+                        "messages": [{"role": "user", "content": "hi"}]})
+                    return r.status_code, time.monotonic() - began
+
+                await lora.load(pod, "support", "/adapters/support/v2?sim-failure-rate=50")
+                statuses = [(await ask("support"))[0] for _ in range(10)]
+                assert statuses.count(503) == 5 and statuses.count(200) == 5, statuses
+                assert [(await ask("base"))[0] for _ in range(5)] == [200] * 5
+                await lora.load(pod, "support", "/adapters/support/v3?sim-ttft-ms=300")
+                status, took = await ask("support")
+                assert status == 200 and took >= 0.3, (status, took)
+                assert (await ask("base"))[1] < 0.3
+                await lora.load(pod, "support", "/adapters/support/v4")
+                assert [(await ask("support"))[0] for _ in range(5)] == [200] * 5
+                # the simulator holds the source as given: the pod says which version it serves
+                assert await lora.loaded(pod) == {"support": "/adapters/support/v4"}
+        finally:
+            await runner.cleanup()
+    asyncio.run(scenario())
