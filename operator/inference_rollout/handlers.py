@@ -164,7 +164,8 @@ async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
                         prometheus_allow=Runtime.prometheus_allow,
                         prometheus_allow_any=Runtime.prometheus_allow_any,
                         confine_queries=Runtime.confine_queries,
-                        notifier=Notifier(kube, Runtime.notify))
+                        notifier=Notifier(kube, Runtime.notify),
+                        wake=_wake)
     app = web.Application()
     app.router.add_get("/metrics", _metrics)
     runner = web.AppRunner(app, access_log=None)  # a scrape every few seconds is not news

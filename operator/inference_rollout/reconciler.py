@@ -32,7 +32,14 @@ from pydantic import ValidationError
 
 from . import operator_metrics
 from .api import ANN_LAST_DRILL, DRILL_ID_PATTERN
-from .api.spec import InferenceRolloutSpec, NotificationsSpec, PodTemplate, TrafficSpec
+from .api.spec import (
+    PROBE_TEMPLATES,
+    InferenceRolloutSpec,
+    MetricSpec,
+    NotificationsSpec,
+    PodTemplate,
+    TrafficSpec,
+)
 from .api.status import InferenceRolloutStatus
 from .bounded_http import sanitize
 from .budget.lint import lint_manifest
@@ -56,11 +63,14 @@ from .core.types import (
     MeasurementError,
     Observation,
     OrphanRevision,
+    ProbeCounts,
     RecordEvent,
     RevisionState,
     SetWeights,
 )
 from .evaluation.cases import CasesError, parse_cases
+from .evaluation.probes import Probers, ProbeTarget
+from .evaluation.probes import measurement as probe_measurement
 from .evaluation.runner import run_evaluation, served_model, service_url
 from .kube import KubeError
 from .kube_protocol import KubeClient
@@ -128,6 +138,15 @@ class Deps:
         default_factory=dict)
     #: Where notices go (docs/notifications.md); None: nowhere (tests, the benchmark).
     notifier: Notifier | None = None
+    #: Every rollout's probes (``spec.analysis.probes``), made on first use.
+    probers: Probers | None = None
+    #: Wakes a rollout's reconcile loop now (the handlers' daemon); None: nothing to wake.
+    wake: Callable[[str, str], None] | None = None
+
+    def probes(self) -> Probers:
+        if self.probers is None:
+            self.probers = Probers(proxy=self.service_proxy, on_bad=self.wake)
+        return self.probers
 
     def notify(self, body: dict[str, Any], old: InferenceRolloutStatus,
                decision: Decision) -> None:
@@ -248,7 +267,7 @@ async def _reconcile(deps: Deps, body: dict[str, Any]) -> float:
         body, stable_seen.args if stable_seen else None)
     route = await _route(router, deleting)
     measurements = None
-    if analysis_due(spec, status, now) and not deleting:
+    if analysis_due(spec, status, now, _bad_news_at(deps, ns, name, status)) and not deleting:
         async with outside_slot(deps):
             measurements = await _measure(deps, spec, status, ns, name)
         now = deps.now()
@@ -276,6 +295,7 @@ async def _reconcile(deps: Deps, body: dict[str, Any]) -> float:
         deleting_since=from_iso(meta.get("deletionTimestamp")),
         rollout=name,
         drill=last_drill(body),
+        probes=_probe_counts(deps, ns, name, status.canary_revision),
     )
     decision = decide(spec, status, world, now)
     decided_at = time.monotonic()
@@ -302,6 +322,7 @@ async def _reconcile(deps: Deps, body: dict[str, Any]) -> float:
         operator_metrics.REGISTRY.observe("inference_rollout_decision_to_write_seconds",
                                    time.monotonic() - decided_at)
     _export(ns, name, decision, measurements, evaluation is not None)
+    _steer_probes(deps, spec, decision.status, ns, name, world_revisions, deleting)
     if deleting and decision.deletion_hold > 0:
         raise DeletionHeld(decision.deletion_hold, sorted(
             rev for rev in decision.status.old_revisions if rev in world_revisions))
@@ -452,10 +473,82 @@ async def release_before_deletion(deps: Deps, body: dict[str, Any]) -> None:
         raise
 
 
+def _bad_news_at(deps: Deps, ns: str, name: str,
+                 status: InferenceRolloutStatus) -> datetime | None:
+    found = (deps.probers.get(ns, name, status.canary_revision)
+             if deps.probers is not None else None)
+    if found is None or not found.bad_at:
+        return None
+    return datetime.fromtimestamp(found.bad_at, UTC)
+
+
+def _probe_counts(deps: Deps, ns: str, name: str, canary: str | None) -> ProbeCounts | None:
+    found = deps.probers.get(ns, name, canary) if deps.probers is not None else None
+    if found is None:
+        return None
+    return ProbeCounts(found.target.canary, found.sent, round(found.seconds, 3))
+
+
+def _steer_probes(deps: Deps, spec: InferenceRolloutSpec, status: InferenceRolloutStatus,
+                  ns: str, name: str, revisions: dict[str, RevisionState],
+                  deleting: bool) -> None:
+    """Probe the canary and the stable from the canary's first Ready pod until the release
+    ends (promoted, rolled back, replaced) or the rollout goes; otherwise no probes."""
+    probes, canary, stable = spec.analysis.probes, status.canary_revision, status.stable_revision
+    seen = revisions.get(canary or "")
+    if (probes is None or deleting or canary is None or stable is None or status.aborted
+            or seen is None or seen.ready == 0):
+        if deps.probers is not None:
+            deps.probers.stop(ns, name)
+        return
+    stable_seen = revisions.get(stable)
+    stable_port = (stable_seen.port if stable_seen and stable_seen.port
+                   else spec.template.serving_port())
+    try:
+        model = served_model(spec.template)
+    except ValueError:
+        return  # the template names no model: the lints say so
+    ttft = next((m.max for m in spec.analysis.effective_metrics
+                 if m.template == "probe-ttft-p99" and m.max is not None), None)
+    deps.probes().ensure(ProbeTarget(
+        ns, name, canary, service_url(name, canary, ns, seen.port or spec.template.serving_port()),
+        service_url(name, stable, ns, stable_port), model, probes, ttft))
+
+
 async def _measure(deps: Deps, spec: InferenceRolloutSpec, status: InferenceRolloutStatus,
                    ns: str, name: str) -> dict[str, Measurement]:
+    assert status.canary_revision is not None
+    metrics = [m for m in spec.analysis.effective_metrics if m.template not in PROBE_TEMPLATES]
+    out = _measure_probes(deps, spec, status, ns, name)
+    if metrics:
+        out.update(await _measure_prometheus(deps, spec, status, ns, name, metrics))
+    return out
+
+
+def _measure_probes(deps: Deps, spec: InferenceRolloutSpec, status: InferenceRolloutStatus,
+                    ns: str, name: str) -> dict[str, Measurement]:
+    """The probes' metrics, from the samples this process holds (``evaluation/probes.py``)."""
+    wanted = [m for m in spec.analysis.effective_metrics if m.template in PROBE_TEMPLATES]
+    if not wanted:
+        return {}
+    found = deps.probers.get(ns, name, status.canary_revision) if deps.probers else None
+    held_from = from_iso(status.step_started_at)
+    since = (held_from.timestamp() if held_from is not None
+             and spec.analysis.verdicts == "Sequential" else None)
+    now = time.time()
+    out = {}
+    for m in wanted:
+        window = m.window_seconds or spec.analysis.interval_seconds
+        min_samples = spec.analysis.min_samples if m.min_samples is None else m.min_samples
+        out[m.name] = probe_measurement(m, found.samples if found else (), since, window, now,
+                                        min_samples)
+    return out
+
+
+async def _measure_prometheus(deps: Deps, spec: InferenceRolloutSpec,
+                              status: InferenceRolloutStatus, ns: str, name: str,
+                              metrics: list[MetricSpec]) -> dict[str, Measurement]:
     assert status.canary_revision is not None and spec.analysis.prometheus is not None
-    metrics = spec.analysis.effective_metrics
     try:
         source = await deps.source_for(spec, ns)
     except KubeError as e:

@@ -167,6 +167,26 @@ def find_sim_binary() -> str:
     )
 
 
+@contextlib.contextmanager
+def simulator(*args: str, timeout: float = 30) -> Any:
+    """A bare llm-d-inference-sim on a free loopback port (no pod, no shim), started with
+    ``--model=m --mode=echo --force-dummy-tokenizer`` and ``args``; yields its base URL once
+    ``/v1/models`` answers, and stops it on exit."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [find_sim_binary(), f"--port={port}", "--model=m", "--mode=echo",
+         "--force-dummy-tokenizer", *args],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_for(lambda: httpx.get(f"{url}/v1/models", timeout=1).is_success, timeout,
+                 f"the simulator on port {port}", interval=0.2)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
 def write_json_atomic(path: Path, data: Any) -> None:
     """Write JSON so a reader never sees a partial file."""
     write_text_atomic(path, json.dumps(data, indent=2, sort_keys=True) + "\n")

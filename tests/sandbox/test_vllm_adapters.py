@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
 import time
 from collections.abc import Iterator
 
@@ -18,28 +17,15 @@ import pytest
 
 from inference_rollout.workloads.lora import AdapterCallError, PodServer, VLLMAdapters
 from irsandbox import faultproxy
-from irsandbox.common import find_sim_binary, free_port, wait_for
+from irsandbox.common import free_port, simulator
 
 
 @pytest.fixture()
 def sim() -> Iterator[PodServer]:
-    port = free_port()
-    proc = subprocess.Popen(
-        [find_sim_binary(), f"--port={port}", "--model=base", "--mode=echo",
-         "--force-dummy-tokenizer", "--max-loras=2",
-         "--lora-modules", json.dumps({"name": "support", "path": "/adapters/support/v1"})],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        def up() -> bool:
-            try:
-                return httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=1).is_success
-            except httpx.HTTPError:
-                return False
-        wait_for(up, 30, "the simulator to answer /v1/models", interval=0.2)
-        yield PodServer("127.0.0.1", port)
-    finally:
-        proc.terminate()
-        proc.wait(10)
+    lora = json.dumps({"name": "support", "path": "/adapters/support/v1"})
+    with simulator("--max-loras=2", "--lora-modules", lora) as url:
+        host, _, port = url.removeprefix("http://").rpartition(":")
+        yield PodServer(host, int(port))
 
 
 def chat(pod: PodServer, model: str) -> int:
@@ -166,11 +152,11 @@ def test_the_sandbox_shim_makes_one_adapter_version_bad_and_a_plain_reload_heals
                 await lora.load(pod, "support", "/adapters/support/v2?sim-failure-rate=50")
                 statuses = [(await ask("support"))[0] for _ in range(10)]
                 assert statuses.count(503) == 5 and statuses.count(200) == 5, statuses
-                assert [(await ask("base"))[0] for _ in range(5)] == [200] * 5
+                assert [(await ask("m"))[0] for _ in range(5)] == [200] * 5
                 await lora.load(pod, "support", "/adapters/support/v3?sim-ttft-ms=300")
                 status, took = await ask("support")
                 assert status == 200 and took >= 0.3, (status, took)
-                assert (await ask("base"))[1] < 0.3
+                assert (await ask("m"))[1] < 0.3
                 await lora.load(pod, "support", "/adapters/support/v4")
                 assert [(await ask("support"))[0] for _ in range(5)] == [200] * 5
                 # the simulator holds the source as given: the pod says which version it serves

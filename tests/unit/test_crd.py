@@ -114,6 +114,11 @@ VALID: list[tuple[str, dict[str, Any]]] = [
     ("prometheus address with a path, a port and IPv6", patched({
         "analysis.prometheus.address": "https://[fd00::1]:9443/prometheus/"})),
     ("replicas + maxSurge exactly int32", patched({"replicas": 2**31 - 2})),
+    ("probes alone, no Prometheus", patched({
+        "analysis.prometheus": DELETE, "analysis.probes": {"ratePerSecond": 5, "timeout": "5m"},
+        "analysis.metrics": [{"name": "ttft", "template": "probe-ttft-p99", "max": 0.45}]})),
+    ("probes beside Prometheus and an SLO", patched({
+        "analysis.probes": {}, "analysis.slo": {"ttftP99": "300ms"}})),
 ]
 
 #: (id, manifest, message): rejected at apply time; the message (or the field path for schema
@@ -161,6 +166,16 @@ INVALID: list[tuple[str, dict[str, Any], str]] = [
     ("slo without prometheus", patched({"analysis.prometheus": DELETE, "analysis.metrics": [],
                                         "analysis.slo": {"ttftP99": "300ms"}}),
      "spec.analysis.prometheus: metrics or slo need a Prometheus address"),
+    ("a probe template without probes", patched({"analysis.metrics": [
+        {"name": "ttft", "template": "probe-ttft-p99", "max": 0.45}]}),
+     "spec.analysis.metrics: the probe-* templates measure the operator's probes"),
+    ("probes and a Prometheus metric without Prometheus", patched({
+        "analysis.prometheus": DELETE, "analysis.probes": {}}),
+     "spec.analysis.prometheus: metrics or slo need a Prometheus address"),
+    ("probes too fast", patched({"analysis.probes": {"ratePerSecond": 6}}),
+     "spec.analysis.probes.ratePerSecond"),
+    ("probe timeout 10m", patched({"analysis.probes": {"timeout": "10m"}}),
+     "spec.analysis.probes.timeout: must be at most 5m"),
     ("swap without surge", patched({"capacity": {"mode": "swap", "maxSurge": 0}}),
      "spec.capacity.maxSurge: swap mode needs maxSurge >= 1"),
     ("unknown profile", patched({"profile": "fast"}), "spec.profile"),

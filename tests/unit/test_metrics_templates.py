@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from inference_rollout.api.spec import BUILTIN_TEMPLATES, MetricSpec
+from inference_rollout.api.spec import BUILTIN_TEMPLATES, PROBE_TEMPLATES, MetricSpec
 from inference_rollout.metrics.gateway_templates import GATEWAY_TEMPLATES
 from inference_rollout.metrics.measure import build_queries, window_seconds
 from inference_rollout.metrics.promql import Revision
@@ -28,7 +28,8 @@ def all_queries() -> list[tuple[str, str]]:
 
 
 def test_one_template_per_builtin_name() -> None:
-    assert sorted([*TEMPLATES, *GATEWAY_TEMPLATES]) == sorted(BUILTIN_TEMPLATES)
+    together = [*TEMPLATES, *GATEWAY_TEMPLATES, *PROBE_TEMPLATES]
+    assert sorted(together) == sorted(BUILTIN_TEMPLATES)
 
 
 @pytest.mark.parametrize(("name", "query"), all_queries())

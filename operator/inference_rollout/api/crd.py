@@ -42,6 +42,7 @@ from .spec import (
     INT32_MAX,
     MAX_ANALYSIS_INTERVAL,
     MAX_EVALUATION_TIMEOUT,
+    MAX_PROBE_TIMEOUT,
     MAX_PROMETHEUS_TIMEOUT,
     InferenceRolloutSpec,
 )
@@ -125,6 +126,8 @@ VALIDATIONS: Final[dict[RulePath, list[Rule]]] = {
     ("spec", "analysis", "prometheus", "timeout"): _at_most(
         "spec.analysis.prometheus.timeout", MAX_PROMETHEUS_TIMEOUT),
     ("spec", "evaluation", "timeout"): _at_most("spec.evaluation.timeout", MAX_EVALUATION_TIMEOUT),
+    ("spec", "analysis", "probes", "timeout"): _at_most("spec.analysis.probes.timeout",
+                                                        MAX_PROBE_TIMEOUT),
     ("spec", "capacity"): [
         {
             "rule": "!has(self.mode) || self.mode != 'swap' || !has(self.maxSurge) "
@@ -165,8 +168,15 @@ VALIDATIONS: Final[dict[RulePath, list[Rule]]] = {
             "message": "spec.analysis.interval: must be at least 5s",
         },
         {
-            "rule": "has(self.prometheus) || (!has(self.slo) "
-            "&& (!has(self.metrics) || size(self.metrics) == 0))",
+            "rule": "has(self.probes) || !has(self.metrics) || !self.metrics.exists(m, "
+            "has(m.template) && m.template.startsWith('probe-'))",
+            "message": "spec.analysis.metrics: the probe-* templates measure the operator's "
+            "probes; add spec.analysis.probes (e.g. probes: {ratePerSecond: 0.5})",
+        },
+        {
+            # the probes' templates are measured by the operator, not queried
+            "rule": "has(self.prometheus) || (!has(self.slo) && (!has(self.metrics) "
+            "|| self.metrics.all(m, has(m.template) && m.template.startsWith('probe-'))))",
             "message": "spec.analysis.prometheus: metrics or slo need a Prometheus address, e.g. "
             "prometheus: {address: http://prometheus.monitoring:9090}",
         },

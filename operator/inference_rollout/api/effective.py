@@ -31,13 +31,30 @@ def slo_metrics(slo: SloSpec) -> list[MetricSpec]:
     return out
 
 
+#: The metrics ``spec.analysis.probes`` implies.
+PROBE_ERRORS, PROBE_TTFT = "probe-errors", "probe-ttft-p99"
+
+
+def probe_metrics(analysis: AnalysisSpec) -> list[MetricSpec]:
+    """With probes: their error rate (``max: probes.maxErrorRate``), and their time to first
+    token against the same breach line as ``slo-ttft-p99`` when ``slo.ttftP99`` is set."""
+    if analysis.probes is None:
+        return []
+    out = [MetricSpec(name=PROBE_ERRORS, template="probe-error-rate",
+                      max=analysis.probes.max_error_rate)]
+    if analysis.slo is not None and analysis.slo.ttft_p99 is not None:
+        limit = round(analysis.slo.factor * parse_duration(analysis.slo.ttft_p99), 6)
+        out.append(MetricSpec(name=PROBE_TTFT, template="probe-ttft-p99", max=limit))
+    return out
+
+
 def effective_metrics(analysis: AnalysisSpec) -> list[MetricSpec]:
-    """The explicit metrics in spec order, then the SLO-implied ones.
+    """The explicit metrics in spec order, then the SLO-implied ones, then the probes' ones.
 
     An explicit metric with the same name (``slo-ttft-p99``) replaces the implied one, so a user
     can tighten, relax or re-window it.  An explicit ``ttft-p99`` metric under another name does
     not: it is a different check (often relative to stable) and both apply.
     """
     explicit = {m.name for m in analysis.metrics}
-    implied = slo_metrics(analysis.slo) if analysis.slo else []
+    implied = (slo_metrics(analysis.slo) if analysis.slo else []) + probe_metrics(analysis)
     return list(analysis.metrics) + [m for m in implied if m.name not in explicit]

@@ -60,6 +60,7 @@ Duration = Annotated[
 #: long one reconcile may wait on a server a tenant chose, or how rarely a release is watched.
 MAX_PROMETHEUS_TIMEOUT = "1m"
 MAX_EVALUATION_TIMEOUT = "5m"
+MAX_PROBE_TIMEOUT = "5m"
 MAX_ANALYSIS_INTERVAL = "24h"
 MAX_SAMPLE_SIZE = 1000
 #: Kubernetes counts (replicas, ports) are int32; a larger value is stored and then every create
@@ -464,17 +465,20 @@ class StrategySpec(Model):
 BUILTIN_TEMPLATES = (
     "ttft-p99", "itl-p99", "e2e-p99", "error-rate",
     "kv-cache-hit-rate", "preemptions", "kv-cache-usage", "gpu-temperature",
-    "gateway-error-rate", "gateway-traffic-share",
+    "gateway-error-rate", "gateway-traffic-share", "probe-ttft-p99", "probe-error-rate",
 )
 TemplateName = Literal[
     "ttft-p99", "itl-p99", "e2e-p99", "error-rate",
     "kv-cache-hit-rate", "preemptions", "kv-cache-usage", "gpu-temperature",
-    "gateway-error-rate", "gateway-traffic-share",
+    "gateway-error-rate", "gateway-traffic-share", "probe-ttft-p99", "probe-error-rate",
 ]
+#: Templates measured from the operator's own probe requests (``spec.analysis.probes``), not
+#: from Prometheus (docs/metrics.md, "Evidence on demand").
+PROBE_TEMPLATES = frozenset({"probe-ttft-p99", "probe-error-rate"})
 #: Templates read from the gateway's request counters (docs/metrics.md, "The gateway's view").
 GATEWAY_TEMPLATES = frozenset({"gateway-error-rate", "gateway-traffic-share"})
 #: Templates whose counts are failed/all requests (the sequential tests of an error rate).
-ERROR_RATE_TEMPLATES = frozenset({"error-rate", "gateway-error-rate"})
+ERROR_RATE_TEMPLATES = frozenset({"error-rate", "gateway-error-rate", "probe-error-rate"})
 GatewayName = Literal["traefik", "istio", "kgateway"]
 
 
@@ -598,6 +602,35 @@ class MetricSpec(Model):
         return parse_duration(self.warmup) if self.warmup else 0.0
 
 
+class ProbesSpec(Model):
+    """Evidence on demand: the operator sends its own requests to the canary's Service and to
+    the stable's, at the same rate, from the canary's first Ready pod until the release ends,
+    and measures what a client sees (time to the first token of a streamed answer, errors,
+    streams cut after their 200).  They reach no user and are bounded in rate and number."""
+
+    rate_per_second: float = Field(
+        0.5, ge=0.05, le=5, description="Probe requests per second to each of canary and stable.")
+    prompt: str = Field(
+        "Reply with the word OK.", min_length=1, max_length=4000,
+        description="The user message every probe sends (a chat completion, streamed).")
+    max_tokens: int = Field(8, ge=1, le=256, description="max_tokens of each probe.")
+    max_requests: int = Field(
+        2000, ge=10, le=100_000, description="Probe requests per release, both sides together; "
+        "no more are sent after that.")
+    timeout: Duration = Field("30s", description="A probe with no complete answer by then failed.")
+    max_error_rate: float = Field(
+        0.01, gt=0, lt=1, description="The implied probe-error-rate metric's max.")
+
+    @cached_property
+    def timeout_seconds(self) -> float:
+        return parse_duration(self.timeout)
+
+    @model_validator(mode="after")
+    def _timeout(self) -> ProbesSpec:
+        at_most("spec.analysis.probes.timeout", self.timeout, MAX_PROBE_TIMEOUT)
+        return self
+
+
 INCONCLUSIVE_NEEDS_LIMIT = (
     "spec.analysis.onInconclusive: Rollback acts only after inconclusiveLimit; set one, "
     "e.g. inconclusiveLimit: 2h"
@@ -631,6 +664,9 @@ class AnalysisSpec(Model):
         None, description="A step whose metrics are still undecided this long after its weight "
         "was reached follows onInconclusive.")
     on_inconclusive: Literal["Pause", "Rollback"] = "Pause"
+    probes: ProbesSpec | None = Field(
+        None, description="The operator's own requests to canary and stable, measured "
+        "client-side (docs/metrics.md, \"Evidence on demand\").")
 
     @cached_property
     def interval_seconds(self) -> float:
@@ -642,10 +678,16 @@ class AnalysisSpec(Model):
         ``Sequential`` also after every scrape when scrapes are more frequent (new evidence can
         exist then, and looking more often costs the sequential tests no error: Ville's bound
         holds at any look; issue 30), but not more often than every 5 s."""
-        if self.verdicts != "Sequential" or self.prometheus is None:
+        if self.verdicts != "Sequential":
             return self.interval_seconds
-        return min(self.interval_seconds,
-                   max(MIN_LOOK_SECONDS, self.prometheus.scrape_interval_seconds))
+        sources = []
+        if self.prometheus is not None:
+            sources.append(self.prometheus.scrape_interval_seconds)
+        if self.probes is not None:  # a probe's answer is evidence the moment it is complete
+            sources.append(1.0 / self.probes.rate_per_second)
+        if not sources:
+            return self.interval_seconds
+        return min(self.interval_seconds, max(MIN_LOOK_SECONDS, min(sources)))
 
     @cached_property
     def inconclusive_limit_seconds(self) -> float | None:
@@ -669,7 +711,14 @@ class AnalysisSpec(Model):
             raise ValueError(f"spec.analysis.metrics: duplicate metric names {dupes}")
         if self.on_inconclusive == "Rollback" and self.inconclusive_limit is None:
             raise ValueError(INCONCLUSIVE_NEEDS_LIMIT)
-        if (self.metrics or self.slo) and self.prometheus is None:
+        for m in self.metrics:
+            if m.template in PROBE_TEMPLATES and self.probes is None:
+                raise ValueError(
+                    f"spec.analysis.metrics[name={m.name}]: the {m.template} template measures "
+                    "the operator's probes; add spec.analysis.probes (e.g. probes: "
+                    "{ratePerSecond: 0.5}) or use another template")
+        from_prometheus = [m for m in self.effective_metrics if m.template not in PROBE_TEMPLATES]
+        if from_prometheus and self.prometheus is None:
             raise ValueError(
                 "spec.analysis.prometheus: metrics or slo need a Prometheus address, e.g. "
                 "prometheus: {address: http://prometheus.monitoring:9090}"

@@ -150,6 +150,11 @@ class ReleaseCost(StatusModel):
     step_requests: dict[str, float] = Field(
         default_factory=dict, max_length=64,
         description="Canary requests counted per step, by the step's stepStartedAt.")
+    probe_requests: int = Field(
+        0, ge=0, description="The operator's probe requests (spec.analysis.probes) to canary "
+        "and stable for this release.")
+    probe_seconds: float = Field(
+        0.0, ge=0, description="Their answer time, summed: the serving seconds they cost.")
     canary_desired: int = Field(0, ge=0, description="The canary's pods when last seen.")
     extra_pods: int = Field(0, ge=0, description="Pods beyond the steady state the last "
                             "decision left (charged until the next one).")

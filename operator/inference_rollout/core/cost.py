@@ -18,6 +18,8 @@ asked for and no rollout controller reports.
   the moments between a weight write and the gateway's acceptance, and after the last look.
   ``rolledBackRequests``: the same, when the canary was rolled back.
 * **time**: from the template change to each step's weight in force, and to the outcome.
+* **probes** (``spec.analysis.probes``): the operator's own requests to canary and stable, and
+  their answer time summed.
 
 Pure: it reads the decision's input and output, never the clock or the API.
 """
@@ -76,6 +78,7 @@ def account(spec: InferenceRolloutSpec, after: InferenceRolloutStatus, world: Ob
         _charge(cost, spec, pods, now)
         if cost.outcome is None:
             _progress(cost, after, pods, now)
+            _probes(cost, world)
             # Rolled back: the canary stays named (Degraded) until the template changes.
             if canary != cost.revision or after.aborted:
                 cost = ended = _ended(cost, after, now)
@@ -86,7 +89,17 @@ def account(spec: InferenceRolloutSpec, after: InferenceRolloutStatus, world: Ob
                            accounted_at=to_iso(now))
         _charge(cost, spec, pods, now)
         _progress(cost, after, pods, now)
+        _probes(cost, world)
     return cost, ended
+
+
+def _probes(cost: ReleaseCost, world: Observation) -> None:
+    """The probes' requests and serving seconds so far (they count up while the canary is
+    probed; a restarted operator's probes count from zero again, so the larger is kept)."""
+    p = world.probes
+    if p is not None and p.canary == cost.revision:
+        cost.probe_requests = max(cost.probe_requests, p.requests)
+        cost.probe_seconds = max(cost.probe_seconds, p.seconds)
 
 
 def _ended(cost: ReleaseCost, after: InferenceRolloutStatus, now: datetime) -> ReleaseCost:

@@ -100,12 +100,19 @@ class _Run:
             self.actions.append(EnsureRevision(revision, replicas))
 
 
-def analysis_due(spec: InferenceRolloutSpec, status: InferenceRolloutStatus, now: datetime) -> bool:
+#: The soonest a look follows the previous one when a probe brought bad news.
+NEWS_LOOK_SECONDS = 1.0
+
+
+def analysis_due(spec: InferenceRolloutSpec, status: InferenceRolloutStatus, now: datetime,
+                 bad_news_at: datetime | None = None) -> bool:
     """Whether the handler should measure before calling :func:`decide`.
 
     Due while a canary carries traffic: right after each weight change, then every interval (or
     every scrape, under ``Sequential``: ``look_every_seconds``), and once more when the step's
-    hold ends, so the verdict that promotes covers the whole hold.
+    hold ends, so the verdict that promotes covers the whole hold.  ``bad_news_at``: when the
+    operator's own probes last saw the canary answer badly; a look is due then, at most every
+    :data:`NEWS_LOOK_SECONDS` (evidence that can fail the canary is read as it arrives).
     """
     if not spec.analysis.effective_metrics or status.aborted:
         return False
@@ -118,6 +125,9 @@ def analysis_due(spec: InferenceRolloutSpec, status: InferenceRolloutStatus, now
     if started is not None and last <= started:
         return True  # a measurement at the instant the weight changed saw the previous weight
     if (now - last).total_seconds() >= _look_every(spec, status):
+        return True
+    if (bad_news_at is not None and bad_news_at > last
+            and (now - last).total_seconds() >= NEWS_LOOK_SECONDS):
         return True
     hold_end = _hold_end(spec, status)
     return hold_end is not None and now >= hold_end > last

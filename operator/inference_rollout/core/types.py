@@ -144,6 +144,16 @@ class DrillResult:
 
 
 @dataclass(frozen=True)
+class ProbeCounts:
+    """What the operator's probes of ``canary`` have cost so far (``spec.analysis.probes``):
+    requests sent to either Service, and their answer time summed (serving seconds)."""
+
+    canary: str
+    requests: int
+    seconds: float
+
+
+@dataclass(frozen=True)
 class Observation:
     """The world as read at one instant.
 
@@ -172,6 +182,8 @@ class Observation:
     rollout: str = ""  # the rollout's name (the scale subresource's selector names it)
     #: The last drill's result as the drill wrote it on the rollout (None: none, or unreadable).
     drill: DrillResult | None = None
+    #: The operator's probes of the current canary (None: none running).
+    probes: ProbeCounts | None = None
 
 
 # --- actions ------------------------------------------------------------------------------------

@@ -26,7 +26,7 @@ from .types import Measurement, MeasurementError
 __all__ = ["effective_metrics", "slo_metrics"]  # re-exported: verdicts and queries share one list
 
 #: Histogram templates whose ``max`` is a p99 limit, tested by counting exceedances.
-LATENCY_TEMPLATES = frozenset({"ttft-p99", "itl-p99", "e2e-p99"})
+LATENCY_TEMPLATES = frozenset({"ttft-p99", "itl-p99", "e2e-p99", "probe-ttft-p99"})
 
 def describe_threshold(metric: MetricSpec) -> str:
     parts = []
