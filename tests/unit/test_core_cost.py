@@ -88,3 +88,33 @@ def test_gpus_per_pod_reads_the_gpu_limit(resources: dict[str, Any] | None, gpus
     if resources is not None:
         c["resources"] = resources
     assert gpus_per_pod(PodTemplate(spec={"containers": [c]})) == gpus
+
+
+def test_the_probes_of_the_release_are_in_its_cost_and_its_event() -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from tests.unit.coresim import manifest_spec
+
+    from inference_rollout.api.spec import InferenceRolloutSpec
+    from inference_rollout.api.status import InferenceRolloutStatus
+    from inference_rollout.core.cost import account, summary
+    from inference_rollout.core.types import Observation, ProbeCounts
+
+    spec = InferenceRolloutSpec.parse(manifest_spec())
+    t0 = datetime(2026, 12, 7, tzinfo=UTC)
+    running = InferenceRolloutStatus(stable_revision="a" * 10, canary_revision="b" * 10,
+                                     current_step=0, step_entered_at="2026-12-07T00:00:00Z")
+    cost, _ = account(spec, running, Observation(1, "b" * 10, probes=ProbeCounts(
+        "b" * 10, 40, 12.5)), (), t0)
+    assert cost is not None and (cost.probe_requests, cost.probe_seconds) == (40, 12.5)
+    # a restarted operator's probes count from zero again: the record keeps the larger
+    cost2, _ = account(spec, running.model_copy(update={"release_cost": cost}),
+                       Observation(1, "b" * 10, probes=ProbeCounts("b" * 10, 6, 1.0)), (),
+                       t0 + timedelta(seconds=5))
+    assert cost2 is not None and cost2.probe_requests == 40
+    # another canary's probes are not this release's
+    cost3, _ = account(spec, running.model_copy(update={"release_cost": cost2}),
+                       Observation(1, "b" * 10, probes=ProbeCounts("c" * 10, 900, 99.0)), (),
+                       t0 + timedelta(seconds=10))
+    assert cost3 is not None and cost3.probe_requests == 40
+    assert "40 probe requests (12 serving seconds)" in summary(cost3)

@@ -184,7 +184,7 @@ RECONCILED_MSG = "the last reconcile succeeded"
 RELEASE_COST = "ReleaseCost"
 RELEASE_COST_MSG = ("release {revision} {outcome} after {decided}: {pod_seconds} pod-seconds "
                     "({gpu_seconds} GPU-seconds) beyond the steady state, {pods} pods started, "
-                    "{requests} canary requests counted{rolled_back}; steps in force after "
+                    "{requests} canary requests counted{rolled_back}{probes}; steps in force after "
                     "{steps}")
 DELETING = "Deleting"
 DELETING_MSG = ("rollout deleted: all traffic returned to stable {stable}; the canary's pods "

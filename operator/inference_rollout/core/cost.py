@@ -157,4 +157,6 @@ def summary(cost: ReleaseCost) -> str:
         decided=format_duration(cost.decided_after or 0.0),
         pod_seconds=f"{cost.pod_seconds:.0f}", gpu_seconds=f"{cost.gpu_seconds:.0f}",
         pods=cost.pods_started, requests=f"{cost.canary_requests:.0f}", rolled_back=rolled_back,
+        probes=(f", {cost.probe_requests} probe requests ({cost.probe_seconds:.0f} serving "
+                "seconds)" if cost.probe_requests else ""),
         steps=", ".join(format_duration(s) for s in cost.steps_reached_after) or "none")
