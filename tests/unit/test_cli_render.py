@@ -71,3 +71,12 @@ def test_get_shows_what_the_release_cost() -> None:
     assert render_rollout(body).splitlines()[-1] == (
         "Cost:      09c054e966 RolledBack after 2m20s: 203 pod-s (814 GPU-s) beyond steady "
         "state, 2 pods started, 1204 canary requests (1204 rolled back); steps at 12s, 1m15s")
+
+
+def test_get_shows_the_probes_a_release_sent() -> None:
+    body = {"metadata": {"namespace": "prod", "name": "chat"}, "status": {"releaseCost": {
+        "revision": "09c054e966", "startedAt": "2026-12-06T12:00:00Z", "outcome": "Promoted",
+        "decidedAfter": 109.0, "stepsReachedAfter": [5.0], "canaryRequests": 480.0,
+        "probeRequests": 1016, "probeSeconds": 12.4}}}
+    assert render_rollout(body).splitlines()[-1].endswith(
+        "480 canary requests, 1016 probes (12 s); steps at 5s")

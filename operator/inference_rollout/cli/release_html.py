@@ -137,6 +137,9 @@ def _cost(rel: Release) -> str:
                 ["canary requests counted", f"{cost.get('canaryRequests', 0):.0f}"],
                 ["answered by a canary then rolled back",
                  f"{cost.get('rolledBackRequests', 0):.0f}"]]
+        if cost.get("probeRequests"):
+            rows.append(["the operator's probes (requests, serving seconds)",
+                         f"{cost['probeRequests']}, {cost.get('probeSeconds', 0):.0f} s"])
         return _table(["quantity", "value"], rows)
     told = [e for e in rel.events if e.reason == "ReleaseCost"]
     if told:

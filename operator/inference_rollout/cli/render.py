@@ -93,7 +93,10 @@ def _cost_line(cost: dict[str, Any]) -> str:
     rolled = (f" ({cost.get('rolledBackRequests', 0):.0f} rolled back)"
               if cost.get("outcome") == "RolledBack" else "")
     steps = ", ".join(took(s) for s in cost.get("stepsReachedAfter") or []) or "-"
+    probes = (f", {cost['probeRequests']} probes ({cost.get('probeSeconds', 0):.0f} s)"
+              if cost.get("probeRequests") else "")
     return (f"Cost:      {cost.get('revision')} {outcome}{after}: "
             f"{cost.get('podSeconds', 0):.0f} pod-s ({cost.get('gpuSeconds', 0):.0f} GPU-s) "
             f"beyond steady state, {cost.get('podsStarted', 0)} pods started, "
-            f"{cost.get('canaryRequests', 0):.0f} canary requests{rolled}; steps at {steps}")
+            f"{cost.get('canaryRequests', 0):.0f} canary requests{rolled}{probes}; "
+            f"steps at {steps}")
