@@ -486,7 +486,8 @@ def _probe_counts(deps: Deps, ns: str, name: str, canary: str | None) -> ProbeCo
     found = deps.probers.get(ns, name, canary) if deps.probers is not None else None
     if found is None:
         return None
-    return ProbeCounts(found.target.canary, found.sent, round(found.seconds, 3))
+    return ProbeCounts(found.target.canary, found.sent, round(found.seconds, 3),
+                       sum(1 for s in found.samples if s.side == "canary" and s.ok))
 
 
 def _steer_probes(deps: Deps, spec: InferenceRolloutSpec, status: InferenceRolloutStatus,

@@ -29,14 +29,15 @@ USERS_RATE = 4.0  # req/s in all: the 5 % canary gets one every ~5 s
 PROBE_TTFT = {"name": "probe-ttft-p99", "template": "probe-ttft-p99", "max": 0.45}
 
 
-def probed(name: str, cluster: Cluster, steps: list[dict[str, Any]], rate: float
-           ) -> dict[str, Any]:
+def probed(name: str, cluster: Cluster, steps: list[dict[str, Any]], rate: float,
+           **probes: Any) -> dict[str, Any]:
     """A rollout analysed by its probes alone: no Prometheus, the probes' TTFT against the
     breach line of a 300 ms SLO (×1.5) and their error rate (implied, ≤ 1 %)."""
     m = sandbox_rollout(name, prometheus=cluster.env["PROMETHEUS_URL"], steps=steps,
-                        metrics=[PROBE_TTFT],
+                        metrics=[PROBE_TTFT], progress_deadline="30s",
                         analysis={"verdicts": "Sequential",
-                                  "probes": {"ratePerSecond": rate, "timeout": "10s"}})
+                                  "probes": {"ratePerSecond": rate, "timeout": "10s",
+                                             **probes}})
     del m["spec"]["analysis"]["prometheus"]
     return m
 
@@ -91,3 +92,22 @@ def test_a_healthy_canary_without_users_is_promoted_on_probes_alone(
     print(f"promoted in {took:.0f}s (holds sum 90 s); probes sent {cost['probeRequests']}")
     assert took <= 240, took
     assert cost["outcome"] == "Promoted" and cost["probeRequests"] >= 100, cost
+
+
+def test_a_canary_that_fails_its_warmup_probes_never_gets_a_weight(
+        cluster: Cluster, operator_process: OperatorProcess, namespace: str) -> None:
+    # Given a rollout whose first weight waits for 3 canary probes to answer (warmupRequests)
+    rel = Release(cluster, operator_process, namespace, probed(
+        "warm", cluster, [{"weight": 5, "pause": "10m"}, {"weight": 100}], rate=2,
+        warmupRequests=3))
+    rel.apply()
+    v1 = rel.wait_healthy()["stableRevision"]
+    # When v2 fails every request
+    rel.apply(with_template(rel.manifest, version="v2", failure_rate=100))
+    # Then it waits, warming up, and is rolled back at the progress deadline without a weight
+    warming = rel.wait(lambda s: "warming canary" in (s.get("message") or ""), 60, "warming up")
+    assert warming["canaryWeight"] == 0 and "0/3 probes answered" in warming["message"]
+    st = rel.wait(lambda s: s.get("aborted"), 90, "rolled back")
+    assert st["abortReason"] == "WarmupNotDone", st
+    assert st["releaseCost"]["stepsReachedAfter"] == []  # no step's weight was ever in force
+    assert rel.route().get(v1) == 100, rel.route()

@@ -26,6 +26,7 @@ from inference_rollout.core.types import (
     Measurement,
     MeasurementError,
     Observation,
+    ProbeCounts,
     RevisionState,
     SetWeights,
 )
@@ -66,6 +67,8 @@ class World:
     auto_ready: bool = True
     unschedulable_above: int | None = None  # pods beyond this count per revision never schedule
     history: list[Decision] = field(default_factory=list)
+    #: The operator's probes as the reconciler would report them (spec.analysis.probes).
+    probes: ProbeCounts | None = None
 
     def apply(self, decision: Decision, clamp_ready: bool = True) -> None:
         """Apply the actions in order.  ``clamp_ready=False`` leaves ready counts as they were (a
@@ -108,6 +111,7 @@ class World:
             deleting=deleting,
             invalid=invalid,
             rollout="chat",
+            probes=self.probes,
         )
 
     def set_ready(self, revision: str, ready: int, unschedulable: int = 0) -> None:
@@ -245,7 +249,8 @@ class Sim:
             route_header_routes=self.world.header_routes,
             measurements=measurements, evaluation=self.evaluate(), invalid=invalid,
             deleting=deleting, deleting_since=deleting_since,
-            route_acceptance=self.gateway(self) if self.gateway else None, rollout="chat")
+            route_acceptance=self.gateway(self) if self.gateway else None, rollout="chat",
+            probes=self.world.probes)
         d = decide(spec, self.status, obs, self.now)
         self.decisions.append(d)
         self.world.history.append(d)

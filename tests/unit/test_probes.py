@@ -109,3 +109,30 @@ def test_healthy_probes_never_fail_and_pass_with_enough_of_them() -> None:
     assert "Fail" not in verdicts_seen
     assert judged(TTFT, probes("canary", [0.01] * 400)) == "Pass"
     assert judged(ERRORS, probes("canary", [0.01] * 600)) == "Pass"
+
+
+def test_the_first_weight_waits_for_the_warmup_probes_and_the_deadline_bounds_it() -> None:
+    from tests.unit.coresim import manifest_spec, started
+
+    from inference_rollout.core.types import ProbeCounts
+
+    body = manifest_spec(analysis={"interval": "10s", "probes": {"warmupRequests": 5}},
+                         strategy={"steps": [{"weight": 5, "pause": "1m"}, {"weight": 100}],
+                                   "progressDeadline": "2m"})
+    sim = started(body)
+    new = sim.release("m2")
+    sim.run(30)  # the canary's pods are Ready; no probe has answered yet
+    assert sim.status.canary_weight == 0
+    assert "warming canary" in (sim.status.message or "") and "0/5" in sim.status.message
+    sim.world.probes = ProbeCounts(new, 8, 2.0, canary_answered=4)
+    sim.run(5)
+    assert sim.status.canary_weight == 0 and "4/5" in sim.status.message
+    sim.world.probes = ProbeCounts(new, 10, 2.5, canary_answered=5)
+    sim.run(5)
+    assert sim.status.canary_weight == 5  # warm: the first weight
+    # a canary that never answers its warmup is rolled back at the progress deadline
+    sim2 = started(body)
+    sim2.release("m3")
+    sim2.run_until(lambda s: s.status.aborted, limit=300)
+    assert sim2.status.abort_reason == "WarmupNotDone"
+    assert sim2.status.canary_weight == 0

@@ -186,6 +186,11 @@ RELEASE_COST_MSG = ("release {revision} {outcome} after {decided}: {pod_seconds}
                     "({gpu_seconds} GPU-seconds) beyond the steady state, {pods} pods started, "
                     "{requests} canary requests counted{rolled_back}{probes}; steps in force after "
                     "{steps}")
+WARMUP_NOT_DONE = "WarmupNotDone"
+WARMUP_NOT_DONE_MSG = ("canary's warmup not done: {answered}/{needed} probes answered within the "
+                       "progress deadline {deadline} (spec.analysis.probes.warmupRequests)")
+WARMING_UP_MSG = ("step 1: warming canary {canary} up before its first weight: "
+                  "{answered}/{needed} probes answered (spec.analysis.probes.warmupRequests)")
 DELETING = "Deleting"
 DELETING_MSG = ("rollout deleted: all traffic returned to stable {stable}; the canary's pods "
                 "stay {delay} while the gateway follows the route")

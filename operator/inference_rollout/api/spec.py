@@ -620,6 +620,9 @@ class ProbesSpec(Model):
     timeout: Duration = Field("30s", description="A probe with no complete answer by then failed.")
     max_error_rate: float = Field(
         0.01, gt=0, lt=1, description="The implied probe-error-rate metric's max.")
+    warmup_requests: int = Field(
+        0, ge=0, le=1000, description="Canary probes that must have answered before the first "
+        "weight is raised (warms its prefix cache and kernels; the progress deadline bounds it).")
 
     @cached_property
     def timeout_seconds(self) -> float:

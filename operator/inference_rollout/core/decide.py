@@ -628,6 +628,12 @@ def _raise_weight(run: _Run, step: Step, ready: int) -> bool:
     if gate.waiting(spec, st):
         run.wake_in(gate.retry_in(spec, st, run.now) or POLL_SECONDS)
         return False
+    if _warming_up(run):
+        if _deadline_passed(run):
+            _abort(run, r.WARMUP_NOT_DONE, r.WARMUP_NOT_DONE_MSG.format(
+                answered=_probes_answered(run), needed=_warmup_needed(run),
+                deadline=format_duration(spec.strategy.progress_deadline_seconds)))
+        return False
     if _latest_failed(run):
         # A failure within failureLimit is tolerated, not trusted: no more traffic until a
         # measurement passes again.
@@ -656,6 +662,25 @@ def _raise_weight(run: _Run, step: Step, ready: int) -> bool:
         st.step_started_at = None
         run.wake_in(POLL_SECONDS)
     return False
+
+
+def _warmup_needed(run: _Run) -> int:
+    probes = run.spec.analysis.probes
+    return probes.warmup_requests if probes is not None else 0
+
+
+def _probes_answered(run: _Run) -> int:
+    p = run.world.probes
+    return p.canary_answered if p is not None and p.canary == run.status.canary_revision else 0
+
+
+def _warming_up(run: _Run) -> bool:
+    """``probes.warmupRequests``: the canary's first weight waits until that many of its probes
+    answered (its prefix cache and kernels warm, so a cold first minute is not read as a
+    regression).  Only before the first weight: a later step's pods are warm."""
+    st = run.status
+    return (st.canary_weight == 0 and (st.current_step or 0) == 0
+            and _probes_answered(run) < _warmup_needed(run))
 
 
 def _testers_routed(run: _Run, step: Step) -> bool:
@@ -1077,6 +1102,9 @@ def _message(run: _Run) -> str:
         return r.MANUAL_STEP_MSG.format(step=st.current_step + 1,
                                         steps=len(run.spec.strategy.steps))
     text = _waiting_for_gateway(run) or step_message(run.spec, st, run.now)
+    if st.canary_revision and _warming_up(run):
+        text = r.WARMING_UP_MSG.format(answered=_probes_answered(run),
+                                       needed=_warmup_needed(run), canary=st.canary_revision)
     if gate.waiting(run.spec, st) and st.current_step is not None:
         canary = run.world.revisions.get(st.canary_revision or "")
         if ready_enough(run.spec, run.spec.strategy.steps[st.current_step],

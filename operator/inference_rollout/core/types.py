@@ -151,6 +151,8 @@ class ProbeCounts:
     canary: str
     requests: int
     seconds: float
+    #: Canary probes that answered well (the warmup counts them).
+    canary_answered: int = 0
 
 
 @dataclass(frozen=True)
