@@ -69,7 +69,7 @@ from .core.types import (
     SetWeights,
 )
 from .evaluation.cases import CasesError, parse_cases
-from .evaluation.probes import Probers, ProbeTarget
+from .evaluation.probes import Probers, ProbeTarget, not_probing
 from .evaluation.probes import measurement as probe_measurement
 from .evaluation.runner import run_evaluation, served_model, service_url
 from .kube import KubeError
@@ -541,8 +541,8 @@ def _measure_probes(deps: Deps, spec: InferenceRolloutSpec, status: InferenceRol
     for m in wanted:
         window = m.window_seconds or spec.analysis.interval_seconds
         min_samples = spec.analysis.min_samples if m.min_samples is None else m.min_samples
-        out[m.name] = probe_measurement(m, found.samples if found else (), since, window, now,
-                                        min_samples)
+        out[m.name] = (probe_measurement(m, found.samples, since, window, now, min_samples)
+                       if found is not None else not_probing())
     return out
 
 

@@ -87,7 +87,8 @@ def test_probers_probe_both_sides_at_the_rate_within_the_bound_and_stop(
         probers = Probers()
         try:
             running = probers.ensure(target)
-            assert probers.ensure(target) is running  # the same canary: the same probing
+            # the same canary: the same probing
+            assert running is not None and probers.ensure(target) is running
             began = time.monotonic()
             while len(running.samples) < 10 and time.monotonic() - began < 10:
                 await asyncio.sleep(0.1)
@@ -106,6 +107,27 @@ def test_probers_probe_both_sides_at_the_rate_within_the_bound_and_stop(
             assert running.task.cancelled() or running.task.done()
             probers.stop("ns", "chat")
             assert probers.get("ns", "chat", "0ther00000") is None
+        finally:
+            await probers.aclose()
+    run(scenario())
+
+
+def test_the_operator_probes_a_bounded_number_of_rollouts() -> None:
+    from inference_rollout.evaluation import probes as mod
+
+    spec = ProbesSpec(ratePerSecond=0.05)
+
+    async def scenario() -> None:
+        probers = Probers()
+        try:
+            for i in range(mod.MAX_PROBING_ROLLOUTS):
+                assert probers.ensure(ProbeTarget("ns", f"r{i}", "c", "http://127.0.0.1:1",
+                                                  "http://127.0.0.1:1", "m", spec)) is not None
+            extra = ProbeTarget("ns", "one-more", "c", "http://127.0.0.1:1",
+                                "http://127.0.0.1:1", "m", spec)
+            assert probers.ensure(extra) is None  # its metrics say why (not_probing)
+            probers.stop("ns", "r0")
+            assert probers.ensure(extra) is not None  # a slot freed by a release that ended
         finally:
             await probers.aclose()
     run(scenario())

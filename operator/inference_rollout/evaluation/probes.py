@@ -47,13 +47,18 @@ Side = Literal["canary", "stable"]
 IN_FLIGHT_PER_SIDE = 4
 #: A rollout's probes stop when no reconcile has asked for them this long.
 IDLE_STOP_SECONDS = 300.0
-#: Samples kept per rollout (the newest): at 5 req/s per side, more than an hour of them.
-KEPT_SAMPLES = 40_000
+#: Samples kept per rollout (the newest; about 80 bytes each): at 5 req/s per side, half an
+#: hour of them, at 0.5 req/s five and a half hours.
+KEPT_SAMPLES = 20_000
+#: Rollouts probed at once by this operator: with :data:`KEPT_SAMPLES`, at most ~100 MiB of
+#: samples whatever the tenants ask.  A rollout beyond it gets no probes (its probe metrics say
+#: so) until another's release ends.
+MAX_PROBING_ROLLOUTS = 64
 #: The longest a streamed answer may be read (its events, not its tokens: max_tokens is small).
 MAX_STREAM_BYTES = 256 * 1024
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ProbeSample:
     """One probe's result.  ``at``: when it was sent (unix seconds); ``ttft``: seconds to its
     first content token (None if it failed before one); ``seconds``: until its last byte."""
@@ -157,13 +162,16 @@ class Probers:
         self.running: dict[tuple[str, str], RolloutProbes] = {}
         self._client: httpx.AsyncClient | None = None
 
-    def ensure(self, target: ProbeTarget) -> RolloutProbes:
-        """Probe ``target`` (start, or keep going); a new canary or spec starts afresh."""
+    def ensure(self, target: ProbeTarget) -> RolloutProbes | None:
+        """Probe ``target`` (start, or keep going); a new canary or spec starts afresh.  None
+        when :data:`MAX_PROBING_ROLLOUTS` others are probed already."""
         key = (target.namespace, target.rollout)
         current = self.running.get(key)
         if current is not None and current.target != target:
             self.stop(*key)
             current = None
+        if current is None and len(self.running) >= MAX_PROBING_ROLLOUTS:
+            return None
         if current is None:
             current = RolloutProbes(target)
             current.task = asyncio.get_running_loop().create_task(
@@ -290,3 +298,10 @@ def _p99(sorted_values: list[float]) -> float:
 def _too_few(n: int) -> Measurement:
     return Measurement(None, samples=n, error=MeasurementError.TOO_FEW_SAMPLES,
                        detail="collecting: no probe answered in this period yet")
+
+
+def not_probing() -> Measurement:
+    """No probes of this canary in this process: not started yet, or the operator's limit."""
+    return Measurement(None, samples=0, error=MeasurementError.TOO_FEW_SAMPLES, detail=(
+        "collecting: no probes of this canary yet (they start with its first Ready pod; the "
+        f"operator probes at most {MAX_PROBING_ROLLOUTS} rollouts at once)"))
