@@ -122,14 +122,19 @@ def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
-def table(outcomes: list[Outcome]) -> str:
-    lines = ["| scenario | releases | promoted (95 % CI) | rolled back (95 % CI) | none | time to "
-             "outcome: median / max | bad answers served: median / max |",
-             "|---|---|---|---|---|---|---|"]
-    for name in SCENARIOS:
-        rows = [o for o in outcomes if o.scenario == name]
-        if not rows:
-            continue
+def table(outcomes: list[Outcome], rates: dict[int, float] | None = None) -> str:
+    """The markdown table of ``outcomes``: one row per scenario, or per (canary rate, scenario)
+    when ``rates`` gives each outcome's (by its index) canary req/s."""
+    lines = ["| canary req/s | scenario | releases | promoted (95 % CI) | rolled back (95 % CI) | "
+             "none | time to outcome: median / max | bad answers served: median / max | "
+             "rolled back: traffic all on stable after, median / max |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    groups: dict[tuple[float, str], list[Outcome]] = {}
+    for i, o in enumerate(outcomes):
+        rate = rates[i] if rates is not None else math.nan
+        groups.setdefault((rate, o.scenario), []).append(o)
+    order = {name: i for i, name in enumerate(SCENARIOS)}
+    for (rate, name), rows in sorted(groups.items(), key=lambda kv: (kv[0][0], order[kv[0][1]])):
         n = len(rows)
         cells = []
         for what in ("promoted", "rolled back"):
@@ -138,10 +143,29 @@ def table(outcomes: list[Outcome]) -> str:
             cells.append(f"{k} ({100 * lo:.0f}–{100 * hi:.0f} %)")
         secs = [o.seconds for o in rows]
         bad = [float(o.bad_answers) for o in rows]
-        lines.append(f"| {name} | {n} | {' | '.join(cells)} | "
-                     f"{sum(o.outcome == 'none' for o in rows)} | {percentile(secs, 50):.0f} s / "
-                     f"{max(secs):.0f} s | {percentile(bad, 50):.0f} / {max(bad):.0f} |")
+        back = [o.to_stable for o in rows if o.outcome == "rolled back" and o.to_stable]
+        back_text = (f"{percentile(back, 50):.0f} s / {max(back):.0f} s" if back else "-")
+        lines.append(f"| {'-' if math.isnan(rate) else f'{rate:g}'} | {name} | {n} | "
+                     f"{' | '.join(cells)} | {sum(o.outcome == 'none' for o in rows)} | "
+                     f"{percentile(secs, 50):.0f} s / {max(secs):.0f} s | "
+                     f"{percentile(bad, 50):.0f} / {max(bad):.0f} | {back_text} |")
     return "\n".join(lines)
+
+
+def report(paths: list[str]) -> str:
+    """The table of every release in the kept result files (``bench/results/*.json``), each
+    at its run's canary rate (the first step's share of ``--rate``): the docs' table is this
+    output, never typed by hand."""
+    outcomes: list[Outcome] = []
+    rates: dict[int, float] = {}
+    for path in paths:
+        with open(path) as f:
+            run = json.load(f)
+        share = STEPS[0]["weight"] / 100
+        for r in run["releases"]:
+            rates[len(outcomes)] = round(run["args"]["rate"] * share, 3)
+            outcomes.append(Outcome(**r))
+    return table(outcomes, rates)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -154,7 +178,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--minutes", type=float, default=0,
                    help="start no release after this many minutes (0: no limit)")
     p.add_argument("--json", help="write every release here (default .sandbox/bench/)")
+    p.add_argument("--report", nargs="+", metavar="JSON",
+                   help="print the table of kept result files and exit (nothing is run)")
     args = p.parse_args(argv)
+    if args.report:
+        print(report(args.report))
+        return 0
     args.started = time.monotonic()
     bench = Bench("calibration", args)
     bench.op.start()
