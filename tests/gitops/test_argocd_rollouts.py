@@ -249,6 +249,19 @@ def test_a_git_revert_during_the_canary_ends_it_as_an_abort_does(synced: Synced)
     synced.wait_app(lambda s: s[:2] == ("Synced", "Healthy"), 60, "Synced and Healthy")
 
 
+def watch_until_promoted(rel: Release, old: str, watch: Any, timeout: float) -> None:
+    """Call ``watch`` every half second until the release has promoted past ``old`` (or
+    ``timeout``): what the route and Argo CD said *throughout* the release."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        watch()
+        st = rel.status()
+        if st.get("phase") == "Healthy" and not st.get("canaryRevision") and st.get(
+                "stableRevision") != old:
+            return
+        time.sleep(0.5)
+
+
 ROUTE_IGNORE = {"ignoreDifferences": [{"group": "gateway.networking.k8s.io", "kind": "HTTPRoute",
                                        "name": "chat",
                                        "jqPathExpressions": [".spec.rules[].backendRefs"]}]}
@@ -290,14 +303,7 @@ def test_a_users_route_in_git_needs_the_documented_ignore_differences(
     load = BackgroundLoad(rel.cluster.env, rel.host)
     try:
         synced.push(with_template(rel.manifest, version="v2"), "v2")
-        end = time.monotonic() + 120
-        while time.monotonic() < end:
-            watch()
-            st = rel.status()
-            if st.get("phase") == "Healthy" and not st.get("canaryRevision") and st.get(
-                    "stableRevision") != v1:
-                break
-            time.sleep(0.5)
+        watch_until_promoted(rel, v1, watch, 120)
         for _ in range(10):  # a few more reads after the release: self-heal takes seconds
             watch()
             time.sleep(0.5)
@@ -366,14 +372,7 @@ def test_header_routes_on_a_users_route_survive_self_heal_with_the_documented_jq
     testers = BackgroundLoad(rel.cluster.env, rel.host, rate=5, headers={"X-Canary": "always"})
     try:
         synced.push(with_template(rel.manifest, version="v2"), "v2")
-        end = time.monotonic() + 180
-        while time.monotonic() < end:
-            watch()
-            st = rel.status()
-            if st.get("phase") == "Healthy" and not st.get("canaryRevision") and st.get(
-                    "stableRevision") != v1:
-                break
-            time.sleep(0.5)
+        watch_until_promoted(rel, v1, watch, 180)
     finally:
         load.stop()
         testers.stop()
