@@ -93,6 +93,14 @@ class Synced:
                 out.append((status, revision))
         return out
 
+    def healthy_on_v1(self) -> str:
+        """Given: the rollout's manifest in git as v1, its Application synced and Healthy, the
+        rollout Healthy; its stable revision."""
+        self.push(self.release.manifest, "v1")
+        self.start()
+        self.wait_app(lambda s: s[:2] == ("Synced", "Healthy"), 180, "Synced and Healthy")
+        return str(self.release.wait_healthy()["stableRevision"])
+
     def rollout_health(self) -> dict[str, str]:
         return self.argocd.resource_health(self.name, "InferenceRollout", "chat")
 
@@ -114,10 +122,7 @@ def synced(argocd: ArgoCD, cluster: Cluster, operator_process: OperatorProcess, 
 
 def test_a_commit_is_released_and_argocd_reports_its_health_throughout(synced: Synced) -> None:
     # Given a rollout in git, synced by Argo CD and Healthy on v1
-    synced.push(synced.release.manifest, "v1")
-    synced.start()
-    synced.wait_app(lambda s: s[:2] == ("Synced", "Healthy"), 180, "Synced and Healthy")
-    v1 = synced.release.wait_healthy()["stableRevision"]
+    v1 = synced.healthy_on_v1()
     load = BackgroundLoad(synced.release.cluster.env, synced.release.host)
     try:
         # When a commit changes the model server's version
@@ -147,10 +152,7 @@ def test_a_commit_is_released_and_argocd_reports_its_health_throughout(synced: S
 def test_a_bad_release_is_rolled_back_and_argocd_says_degraded_with_the_reason(
         synced: Synced) -> None:
     # Given a rollout in git, synced and Healthy on v1
-    synced.push(synced.release.manifest, "v1")
-    synced.start()
-    synced.wait_app(lambda s: s[:2] == ("Synced", "Healthy"), 180, "Synced and Healthy")
-    v1 = synced.release.wait_healthy()["stableRevision"]
+    v1 = synced.healthy_on_v1()
     load = BackgroundLoad(synced.release.cluster.env, synced.release.host)
     try:
         # When a commit ships a model server that fails 30 % of its requests
@@ -229,10 +231,7 @@ def test_a_git_revert_during_the_canary_ends_it_as_an_abort_does(synced: Synced)
     # Given v2 committed and at its 20 % step
     synced.release.manifest["spec"]["strategy"]["steps"] = [{"weight": 20, "pause": "10m"},
                                                             {"weight": 100}]
-    synced.push(synced.release.manifest, "v1")
-    synced.start()
-    synced.wait_app(lambda s: s[:2] == ("Synced", "Healthy"), 180, "Synced and Healthy")
-    v1 = synced.release.wait_healthy()["stableRevision"]
+    v1 = synced.healthy_on_v1()
     synced.push(with_template(synced.release.manifest, version="v2"), "v2")
     v2 = synced.release.wait(lambda s: s.get("canaryWeight") == 20, 120,
                              "v2 at 20%")["canaryRevision"]
