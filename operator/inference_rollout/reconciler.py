@@ -69,7 +69,7 @@ from .core.types import (
     SetWeights,
 )
 from .evaluation.cases import CasesError, parse_cases
-from .evaluation.probes import Probers, ProbeTarget, not_probing
+from .evaluation.probes import Probers, ProbeTarget, RolloutProbes, not_probing
 from .evaluation.probes import measurement as probe_measurement
 from .evaluation.runner import run_evaluation, served_model, service_url
 from .kube import KubeError
@@ -147,6 +147,10 @@ class Deps:
         if self.probers is None:
             self.probers = Probers(proxy=self.service_proxy, on_bad=self.wake)
         return self.probers
+
+    def probing(self, ns: str, name: str, canary: str | None) -> RolloutProbes | None:
+        """This process's probes of ``canary`` (None: none running)."""
+        return self.probers.get(ns, name, canary) if self.probers is not None else None
 
     def notify(self, body: dict[str, Any], old: InferenceRolloutStatus,
                decision: Decision) -> None:
@@ -475,19 +479,18 @@ async def release_before_deletion(deps: Deps, body: dict[str, Any]) -> None:
 
 def _bad_news_at(deps: Deps, ns: str, name: str,
                  status: InferenceRolloutStatus) -> datetime | None:
-    found = (deps.probers.get(ns, name, status.canary_revision)
-             if deps.probers is not None else None)
+    found = deps.probing(ns, name, status.canary_revision)
     if found is None or not found.bad_at:
         return None
     return datetime.fromtimestamp(found.bad_at, UTC)
 
 
 def _probe_counts(deps: Deps, ns: str, name: str, canary: str | None) -> ProbeCounts | None:
-    found = deps.probers.get(ns, name, canary) if deps.probers is not None else None
+    found = deps.probing(ns, name, canary)
     if found is None:
         return None
     return ProbeCounts(found.target.canary, found.sent, round(found.seconds, 3),
-                       sum(1 for s in found.samples if s.side == "canary" and s.ok))
+                       found.canary_answered)
 
 
 def _steer_probes(deps: Deps, spec: InferenceRolloutSpec, status: InferenceRolloutStatus,
@@ -532,7 +535,7 @@ def _measure_probes(deps: Deps, spec: InferenceRolloutSpec, status: InferenceRol
     wanted = [m for m in spec.analysis.effective_metrics if m.template in PROBE_TEMPLATES]
     if not wanted:
         return {}
-    found = deps.probers.get(ns, name, status.canary_revision) if deps.probers else None
+    found = deps.probing(ns, name, status.canary_revision)
     held_from = from_iso(status.step_started_at)
     since = (held_from.timestamp() if held_from is not None
              and spec.analysis.verdicts == "Sequential" else None)

@@ -94,6 +94,8 @@ def test_probers_probe_both_sides_at_the_rate_within_the_bound_and_stop(
                 await asyncio.sleep(0.1)
             await asyncio.sleep(0.5)
             assert running.sent == 10 and len(running.samples) == 10  # maxRequests
+            assert running.canary_answered == sum(
+                1 for s in running.samples if s.side == "canary" and s.ok) > 0
             sides = {s.side for s in running.samples}
             assert sides == {"canary", "stable"}
             slow = [s.ttft for s in running.samples if s.side == "canary"]

@@ -43,7 +43,7 @@ from .runner import BUDGET, RequestBudget
 log = logging.getLogger(__name__)
 
 Side = Literal["canary", "stable"]
-#: Probes of one side in flight at once; a tick that finds them all busy sends none (counted).
+#: Probes of one side in flight at once; a tick that finds them all busy sends none.
 IN_FLIGHT_PER_SIDE = 4
 #: A rollout's probes stop when no reconcile has asked for them this long.
 IDLE_STOP_SECONDS = 300.0
@@ -135,7 +135,8 @@ class RolloutProbes:
     target: ProbeTarget
     samples: deque[ProbeSample] = field(default_factory=lambda: deque(maxlen=KEPT_SAMPLES))
     sent: int = 0
-    skipped: int = 0
+    #: Canary probes that answered well, since the start (the warmup counts them).
+    canary_answered: int = 0
     seconds: float = 0.0  # the probes' answer time, summed: the serving time they cost
     asked_at: float = field(default_factory=time.monotonic)
     #: When the latest bad canary answer completed (unix seconds; 0: none yet).
@@ -217,7 +218,6 @@ class Probers:
                     break
                 for side, url in (("canary", t.canary_url), ("stable", t.stable_url)):
                     if probes.in_flight[side] >= IN_FLIGHT_PER_SIDE or probes.exhausted:
-                        probes.skipped += 1
                         continue
                     task = asyncio.get_running_loop().create_task(
                         self._one(probes, side, url))  # type: ignore[arg-type]
@@ -245,6 +245,8 @@ class Probers:
             probes.in_flight[side] -= 1
         probes.seconds += sample.seconds
         probes.samples.append(sample)
+        if side == "canary" and sample.ok:
+            probes.canary_answered += 1
         limit = t.ttft_limit
         if side == "canary" and (not sample.ok or (limit is not None and sample.ttft is not None
                                                    and sample.ttft > limit)):
@@ -262,10 +264,9 @@ def measurement(metric: MetricSpec, samples: Iterable[ProbeSample], since: float
     "possibly over" are the same count."""
     start = since if since is not None else now - window_s
     period = max(1.0, now - start)
-    canary = [s for s in samples if s.side == "canary" and start <= s.at
-              and s.at + s.seconds <= now]
-    stable = [s for s in samples if s.side == "stable" and start <= s.at
-              and s.at + s.seconds <= now]
+    complete = [s for s in samples if start <= s.at and s.at + s.seconds <= now]
+    canary = [s for s in complete if s.side == "canary"]
+    stable = [s for s in complete if s.side == "stable"]
     if metric.template == "probe-error-rate":
         n, bad = len(canary), sum(1 for s in canary if not s.ok)
         sn, sbad = len(stable), sum(1 for s in stable if not s.ok)
