@@ -11,6 +11,7 @@ from typing import Any
 
 from common import Bench, ignore_status
 
+from inference_rollout.api.spec import AnalysisSpec
 from inference_rollout.metrics.measure import Queries, build_queries
 from inference_rollout.metrics.promql import Revision, regex_escape
 from irsandbox.cluster import Cluster
@@ -44,12 +45,20 @@ class FlaggerPods(Revision):
 
 
 def our_manifest(name: str, prometheus: str, s: Settings, analysis: dict[str, Any],
-                 metrics: list[dict[str, Any]]) -> dict[str, Any]:
+                 metrics: list[dict[str, Any]], defaults: bool = False) -> dict[str, Any]:
+    """Our rollout for a lane: the common steps and deadline; the analysis every ``interval_s``
+    with the peers' sample guard, or with ``defaults`` the product's own interval, guard and rule
+    (the sandbox's facts, its Prometheus and 1 s scrapes, stay)."""
     hold = f"{s.interval_s}s"
+    if defaults:
+        fields = AnalysisSpec.model_fields
+        analysis = {"interval": fields["interval"].default,
+                    "minSamples": fields["min_samples"].default,
+                    "verdicts": fields["verdicts"].default, **analysis}
     return sandbox_rollout(
         name, prometheus=prometheus, replicas=s.replicas, gpus=s.gpus, metrics=metrics,
         steps=[*({"weight": w, "pause": hold} for w in s.steps), {"weight": 100}],
-        analysis={"interval": hold, **analysis},
+        analysis=analysis if defaults else {"interval": hold, **analysis},
         progress_deadline=f"{s.progress_deadline_s}s")
 
 

@@ -1,0 +1,65 @@
+"""bench/doc_tables.py: the benchmark tables in docs/ are what their kept raw results give (issue
+30, item 6: "generate the docs tables from them, not by hand")."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from bench import doc_tables
+
+CALIBRATION = "bench/results/2026-12-07-calibration-*.json"
+
+
+def test_every_table_in_docs_is_the_one_its_kept_results_give() -> None:
+    assert doc_tables.main(["--check"]) == 0
+
+
+def doc_with(tmp_path: Path, body: str, files: str = CALIBRATION) -> Path:
+    doc = tmp_path / "doc.md"
+    marker = f"<!-- table: calibration {files} -->"
+    doc.write_text(f"Intro.\n\n{marker}\n{body}<!-- /table -->\n\nEnd.\n")
+    return doc
+
+
+def test_a_table_edited_by_hand_fails_the_check_and_a_rewrite_restores_it(tmp_path: Path) -> None:
+    generated = doc_tables.KINDS["calibration"](doc_tables.files_of(CALIBRATION)) + "\n"
+    edited = generated.replace("| 0.2 | healthy | 22 | 22", "| 0.2 | healthy | 22 | 21", 1)
+    assert edited != generated
+    doc = doc_with(tmp_path, edited)
+    assert doc_tables.main(["--check", str(doc)]) == 1
+    assert "| 21" in doc.read_text()  # --check changes nothing
+    assert doc_tables.main([str(doc)]) == 0
+    text = doc.read_text()
+    assert generated in text and text.startswith("Intro.") and text.endswith("End.\n")
+    assert doc_tables.main(["--check", str(doc)]) == 0
+
+
+def test_a_marker_whose_files_are_gone_is_an_error_not_a_pass(tmp_path: Path) -> None:
+    doc = doc_with(tmp_path, "| stale |\n", files="bench/results/no-such-run-*.json")
+    with pytest.raises(FileNotFoundError, match="no-such-run"):
+        doc_tables.main(["--check", str(doc)])
+
+
+def test_the_peers_table_pools_kept_runs_and_states_the_load(tmp_path: Path) -> None:
+    def run(loads: list[float], outcome: str, wall: float) -> dict:
+        rows = [{"controller": c, "scenario": "good", "run": 0, "outcome": outcome,
+                 "released_at": 1_796_000_000.0 + wall, "done_at": 1_796_000_000.0 + 2 * wall,
+                 "pods_created": 1, "cpu_s": 0.5}
+                for c in ("inference-rollout", "flagger", "argo-rollouts")]
+        return {"operator_commit": "0123456789abcdef", "flagger": "v1.36.1",
+                "argo_rollouts": "v1.10.1", "argo_gatewayapi_plugin": "v0.15.0",
+                "machine": {"cpus": 2}, "loadavg_1m_at_runs": loads, "rows": rows,
+                "settings": {"interval_s": 10, "steps": [5, 20, 50], "rate": 10.0,
+                             "replicas": 1, "gpus": 1, "progress_deadline_s": 60}}
+    (tmp_path / "bench").mkdir()
+    for i, (loads, wall) in enumerate((([1.5, 2.0], 40.0), ([3.25], 50.0))):
+        kept = run(loads, "promoted", wall)
+        (tmp_path / "bench" / f"peers-{i}.json").write_text(json.dumps(kept))
+    lines = doc_tables.KINDS["peers"](doc_tables.files_of("bench/peers-*.json", tmp_path))
+    head, _, table = lines.partition("\n\n")
+    assert "Operator 0123456789" in head and "6 lane runs" in head
+    assert "load average (1 min) at each run's start 1.5–3.2 on 2 cores" in head
+    assert "| good | outcomes | 2 promoted | 2 promoted | 2 promoted |" in table
+    assert "| 45 (40, 50) |" in table  # the wall times of both files, pooled
