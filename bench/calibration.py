@@ -9,7 +9,9 @@ of ``--rate`` req/s through Traefik, kept by a :class:`TrafficWatch` (every answ
 TTFT, error).  Each lane releases ``--releases`` templates one after the other, cycling through
 ``--scenarios``: ``healthy`` (5 ms to the first token), ``gross`` (2 s: every request over the
 SLO's breach line, 0.45 s), ``errors5`` (the simulator fails 5 % of requests: five times the
-1 % limit).  The rule is ``Sequential`` at its defaults (falseRollbackRate 1 %) on
+1 % limit), ``late`` (a healthy canary that turns gross while it runs: 10 s into its 50 % step,
+after all the good evidence of the steps before, its pods are annotated 2 s to the first token,
+which the sandbox's bridge applies to the running simulators).  The rule is ``Sequential`` at its defaults (falseRollbackRate 1 %) on
 ``ttftP99: 300ms`` and an error rate ≤ 1 %, steps 5/20/50/100 % with 30 s holds; the sandbox's
 cadence (a look every 5 s on 1 s scrapes) rather than production's 1m/30 s, so a run takes
 minutes.  Per release: the outcome (promoted, rolled back, or none in ``--timeout``), the time
@@ -31,14 +33,17 @@ from typing import Any
 from common import RESULTS, Bench, percentile
 
 from irsandbox.harness import TrafficWatch
-from irsandbox.manifests import sandbox_rollout, with_template
+from irsandbox.manifests import SIM_ANNOTATION, sandbox_rollout, with_template
+from irsandbox.podspec import LABEL_REVISION
 from irsandbox.story import Release
 
-STEPS = [{"weight": 5, "pause": "30s"}, {"weight": 20, "pause": "30s"},
+STEPS: list[dict[str, Any]] = [{"weight": 5, "pause": "30s"}, {"weight": 20, "pause": "30s"},
          {"weight": 50, "pause": "30s"}, {"weight": 100}]
 SCENARIOS: dict[str, dict[str, Any]] = {"healthy": {}, "gross": {"ttft_ms": 2000},
-                                        "errors5": {"failure_rate": 5}}
+                                        "errors5": {"failure_rate": 5}, "late": {}}
 BREACH_S = 0.45  # ttftP99 300ms × 1.5
+#: ``late``: the canary's pods turn gross this long after its route weight reaches LATE_WEIGHT
+LATE_WEIGHT, LATE_AFTER_S, LATE_TTFT_MS = 50, 10.0, 2000
 
 
 @dataclass
@@ -51,6 +56,7 @@ class Outcome:
     to_stable: float | None  # rolled back: until the route was all on stable
     canary_answers: int
     bad_answers: int
+    broke_at: float | None = None  # late: seconds from the template change to the breakage
 
 
 def _lane(bench: Bench, lane: int, args: argparse.Namespace, out: list[Outcome]) -> None:
@@ -73,12 +79,14 @@ def _lane(bench: Bench, lane: int, args: argparse.Namespace, out: list[Outcome])
             canary = rel.wait(lambda s: s.get("canaryRevision") not in (None, *seen), 120,
                               "a canary")["canaryRevision"]
             seen.add(canary)
+            breaker = LateBreak(rel, canary).start() if scenario == "late" else None
             try:
                 st = rel.wait(lambda s, c=canary: s.get("stableRevision") == c
                               or s.get("aborted"), args.timeout, "an outcome")
             except AssertionError:
                 st = {}
             decided = time.time()
+            broke_at = breaker.stop() if breaker else None
             if st.get("stableRevision") == canary:
                 o = Outcome(lane, scenario, canary, "promoted", decided - began, None, 0, 0)
                 stable = canary
@@ -88,6 +96,10 @@ def _lane(bench: Bench, lane: int, args: argparse.Namespace, out: list[Outcome])
                             route_back - began if route_back else None, 0, 0)
             else:
                 o = Outcome(lane, scenario, canary, "none", decided - began, None, 0, 0)
+            if broke_at is not None:
+                o.broke_at = broke_at - began
+                if o.outcome == "promoted":  # a missed breakage: heal the new stable's pods
+                    breaker.annotate(manifest_ttft(manifest))  # type: ignore[union-attr]
             spans.append((o, began, time.time()))
             out.append(o)
             print(f"lane {lane} release {i} {scenario}: {o.outcome} after {o.seconds:.0f}s",
@@ -101,6 +113,51 @@ def _lane(bench: Bench, lane: int, args: argparse.Namespace, out: list[Outcome])
         # the load is not streamed, so TTFT is the answer's latency (4 tokens at 1 ms each)
         o.bad_answers = sum(1 for r in answers if r.error or (
             r.ttft if r.ttft is not None else r.latency) > BREACH_S)
+
+
+class LateBreak:
+    """The ``late`` scenario's breakage: once the canary's route weight reaches LATE_WEIGHT, wait
+    LATE_AFTER_S, then annotate the canary's running pods with LATE_TTFT_MS to the first token
+    (the bridge applies it to their simulators through ``/admin/config``: no restart, same
+    revision).  A canary rolled back before that weight is never broken."""
+
+    def __init__(self, rel: Any, canary: str) -> None:
+        self.rel, self.canary = rel, canary
+        self.done = threading.Event()
+        self.broke: float | None = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> LateBreak:
+        self.thread.start()
+        return self
+
+    def stop(self) -> float | None:
+        """Stop waiting; when the canary broke (epoch seconds), or None."""
+        self.done.set()
+        self.thread.join()
+        return self.broke
+
+    def annotate(self, ttft_ms: str) -> None:
+        self.rel.cluster.kubectl(
+            "-n", self.rel.ns, "annotate", "--overwrite", "pods", "-l",
+            f"{LABEL_REVISION}={self.canary}", f"{SIM_ANNOTATION}ttft-ms={ttft_ms}")
+
+    def _run(self) -> None:
+        while not self.done.is_set():
+            try:
+                weight = self.rel.route().get(self.canary, 0)
+            except Exception:  # an API hiccup: look again (the release runs on regardless)
+                weight = 0
+            if weight >= LATE_WEIGHT:
+                if not self.done.wait(LATE_AFTER_S):
+                    self.broke = time.time()
+                    self.annotate(str(LATE_TTFT_MS))
+                return
+            self.done.wait(0.5)
+
+
+def manifest_ttft(manifest: dict[str, Any]) -> str:
+    return str(manifest["spec"]["template"]["metadata"]["annotations"][f"{SIM_ANNOTATION}ttft-ms"])
 
 
 def _wait_route(rel: Any, stable: str, timeout: float = 30) -> float | None:
@@ -127,8 +184,9 @@ def table(outcomes: list[Outcome], rates: dict[int, float] | None = None) -> str
     when ``rates`` gives each outcome's (by its index) canary req/s."""
     lines = ["| canary req/s | scenario | releases | promoted (95 % CI) | rolled back (95 % CI) | "
              "none | time to outcome: median / max | bad answers served: median / max | "
-             "rolled back: traffic all on stable after, median / max |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "rolled back: traffic all on stable after, median / max | broken while "
+             "running: break → all on stable, median / max |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     groups: dict[tuple[float, str], list[Outcome]] = {}
     for i, o in enumerate(outcomes):
         rate = rates[i] if rates is not None else math.nan
@@ -145,10 +203,13 @@ def table(outcomes: list[Outcome], rates: dict[int, float] | None = None) -> str
         bad = [float(o.bad_answers) for o in rows]
         back = [o.to_stable for o in rows if o.outcome == "rolled back" and o.to_stable]
         back_text = (f"{percentile(back, 50):.0f} s / {max(back):.0f} s" if back else "-")
+        late = [o.to_stable - o.broke_at for o in rows if o.outcome == "rolled back"
+                and o.to_stable and o.broke_at is not None]
+        late_text = (f"{percentile(late, 50):.1f} s / {max(late):.1f} s" if late else "-")
         lines.append(f"| {'-' if math.isnan(rate) else f'{rate:g}'} | {name} | {n} | "
                      f"{' | '.join(cells)} | {sum(o.outcome == 'none' for o in rows)} | "
                      f"{percentile(secs, 50):.0f} s / {max(secs):.0f} s | "
-                     f"{percentile(bad, 50):.0f} / {max(bad):.0f} | {back_text} |")
+                     f"{percentile(bad, 50):.0f} / {max(bad):.0f} | {back_text} | {late_text} |")
     return "\n".join(lines)
 
 

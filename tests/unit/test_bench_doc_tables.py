@@ -63,3 +63,14 @@ def test_the_peers_table_pools_kept_runs_and_states_the_load(tmp_path: Path) -> 
     assert "load average (1 min) at each run's start 1.5–3.2 on 2 cores" in head
     assert "| good | outcomes | 2 promoted | 2 promoted | 2 promoted |" in table
     assert "| 45 (40, 50) |" in table  # the wall times of both files, pooled
+
+
+def test_the_calibration_table_times_a_late_breakage_from_the_break() -> None:
+    from bench import calibration
+    rows = [calibration.Outcome(0, "late", "r1", "rolled back", 90.0, 80.0, 60, 6, broke_at=72.5),
+            calibration.Outcome(1, "late", "r2", "rolled back", 95.0, 83.0, 60, 9, broke_at=75.0),
+            calibration.Outcome(2, "late", "r3", "promoted", 99.0, None, 80, 30, broke_at=70.0)]
+    line = calibration.table(rows).splitlines()[-1]
+    assert line.startswith("| - | late | 3 | 1 (") and "| 9 / 30 |" in line
+    # nearest-rank medians (the lower of two): 80 − 72.5 and 83 − 75
+    assert line.endswith("| 80 s / 83 s | 7.5 s / 8.0 s |")
