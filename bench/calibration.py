@@ -9,9 +9,10 @@ of ``--rate`` req/s through Traefik, kept by a :class:`TrafficWatch` (every answ
 TTFT, error).  Each lane releases ``--releases`` templates one after the other, cycling through
 ``--scenarios``: ``healthy`` (5 ms to the first token), ``gross`` (2 s: every request over the
 SLO's breach line, 0.45 s), ``errors5`` (the simulator fails 5 % of requests: five times the
-1 % limit), ``late`` (a healthy canary that turns gross while it runs: 10 s into its 50 % step,
-after all the good evidence of the steps before, its pods are annotated 2 s to the first token,
-which the sandbox's bridge applies to the running simulators).  The rule is ``Sequential`` at its defaults (falseRollbackRate 1 %) on
+1 % limit), ``late`` (a healthy canary that turns gross while it runs: ``--late-after`` seconds
+into its 50 % step (default 10), after all the good evidence before, its pods are annotated 2 s
+to the first token, which the sandbox's bridge applies to the running simulators; in a run with
+``late`` the 50 % step is held ``--late-after`` + 20 s, at least 30 s, so the break comes first).  The rule is ``Sequential`` at its defaults (falseRollbackRate 1 %) on
 ``ttftP99: 300ms`` and an error rate ≤ 1 %, steps 5/20/50/100 % with 30 s holds; the sandbox's
 cadence (a look every 5 s on 1 s scrapes) rather than production's 1m/30 s, so a run takes
 minutes.  Per release: the outcome (promoted, rolled back, or none in ``--timeout``), the time
@@ -42,8 +43,16 @@ STEPS: list[dict[str, Any]] = [{"weight": 5, "pause": "30s"}, {"weight": 20, "pa
 SCENARIOS: dict[str, dict[str, Any]] = {"healthy": {}, "gross": {"ttft_ms": 2000},
                                         "errors5": {"failure_rate": 5}, "late": {}}
 BREACH_S = 0.45  # ttftP99 300ms × 1.5
-#: ``late``: the canary's pods turn gross this long after its route weight reaches LATE_WEIGHT
-LATE_WEIGHT, LATE_AFTER_S, LATE_TTFT_MS = 50, 10.0, 2000
+#: ``late``: the canary's pods turn gross ``--late-after`` s after its route weight reaches this
+LATE_WEIGHT, LATE_TTFT_MS = 50, 2000
+
+
+def steps_for(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """STEPS, with the LATE_WEIGHT step held long enough for a ``late`` break to come first."""
+    if "late" not in args.scenarios:
+        return STEPS
+    hold = f"{max(30, round(args.late_after) + 20)}s"
+    return [{**s, "pause": hold} if s["weight"] == LATE_WEIGHT else s for s in STEPS]
 
 
 @dataclass
@@ -61,7 +70,7 @@ class Outcome:
 
 def _lane(bench: Bench, lane: int, args: argparse.Namespace, out: list[Outcome]) -> None:
     manifest = sandbox_rollout(
-        f"cal{lane}", prometheus=bench.env["PROMETHEUS_URL"], steps=STEPS,
+        f"cal{lane}", prometheus=bench.env["PROMETHEUS_URL"], steps=steps_for(args),
         analysis={"verdicts": "Sequential", "slo": {"ttftP99": "300ms"}})
     rel = Release(bench.observer_client(), bench.op, bench.ns, manifest)  # a client per lane
     rel.apply()
@@ -79,7 +88,8 @@ def _lane(bench: Bench, lane: int, args: argparse.Namespace, out: list[Outcome])
             canary = rel.wait(lambda s: s.get("canaryRevision") not in (None, *seen), 120,
                               "a canary")["canaryRevision"]
             seen.add(canary)
-            breaker = LateBreak(rel, canary).start() if scenario == "late" else None
+            breaker = (LateBreak(rel, canary, args.late_after).start() if scenario == "late"
+                       else None)
             try:
                 st = rel.wait(lambda s, c=canary: s.get("stableRevision") == c
                               or s.get("aborted"), args.timeout, "an outcome")
@@ -117,12 +127,12 @@ def _lane(bench: Bench, lane: int, args: argparse.Namespace, out: list[Outcome])
 
 class LateBreak:
     """The ``late`` scenario's breakage: once the canary's route weight reaches LATE_WEIGHT, wait
-    LATE_AFTER_S, then annotate the canary's running pods with LATE_TTFT_MS to the first token
+    ``after`` seconds, then annotate the canary's running pods with LATE_TTFT_MS to the first token
     (the bridge applies it to their simulators through ``/admin/config``: no restart, same
     revision).  A canary rolled back before that weight is never broken."""
 
-    def __init__(self, rel: Any, canary: str) -> None:
-        self.rel, self.canary = rel, canary
+    def __init__(self, rel: Any, canary: str, after: float) -> None:
+        self.rel, self.canary, self.after = rel, canary, after
         self.done = threading.Event()
         self.broke: float | None = None
         self.thread = threading.Thread(target=self._run, daemon=True)
@@ -149,7 +159,7 @@ class LateBreak:
             except Exception:  # an API hiccup: look again (the release runs on regardless)
                 weight = 0
             if weight >= LATE_WEIGHT:
-                if not self.done.wait(LATE_AFTER_S):
+                if not self.done.wait(self.after):
                     self.broke = time.time()
                     self.annotate(str(LATE_TTFT_MS))
                 return
@@ -236,6 +246,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rate", type=float, default=4.0, help="req/s through Traefik, per lane")
     p.add_argument("--scenarios", nargs="+", default=list(SCENARIOS), choices=list(SCENARIOS))
     p.add_argument("--timeout", type=float, default=600, help="seconds a release may take")
+    p.add_argument("--late-after", type=float, default=10,
+                   help="late: seconds at the 50 %% weight before the canary breaks")
     p.add_argument("--minutes", type=float, default=0,
                    help="start no release after this many minutes (0: no limit)")
     p.add_argument("--json", help="write every release here (default .sandbox/bench/)")
