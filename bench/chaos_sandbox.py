@@ -5,10 +5,12 @@ the gateway restarted.
 
     make chaos-sandbox      # on a running sandbox (make sandbox-up); about 20 minutes
     .venv/bin/python bench/chaos_sandbox.py [--rollouts 20] [--kills 100] [--kill-every 4 10]
-        [--prometheus-outage 300] [--bad-share 0.4] [--rate 4] [--seed 1] [--json PATH]
+        [--prometheus-outage 300] [--bad-share 0.4] [--rate 4] [--rule Sequential] [--seed 1]
+        [--json PATH]
 
 Method: one namespace; ``--rollouts`` rollouts (1 vLLM-simulator pod each, steps 20/50/100 with 15
-s holds, the Window rule on the engine's error rate every 5 s, ``--rate`` req/s of load each
+s holds, the ``--rule`` (default the product's, Sequential) on the engine's error rate every 5 s,
+``--rate`` req/s of load each
 through the gateway). Each rollout releases one template after another; each release's canary is
 bad (the simulator fails half its requests) with probability ``--bad-share``, else good; the next
 release starts once the last is promoted, rolled back or paused. Two ``--leader-elect`` replicas
@@ -164,7 +166,7 @@ class ChaosRun:
         for name in self.names:
             manifest = sandbox_rollout(name, prometheus=self.env["PROMETHEUS_URL"],
                                        replicas=1, steps=STEPS, progress_deadline="120s",
-                                       gpus=0)
+                                       gpus=0, analysis={"verdicts": self.args.rule})
             self.rollouts[name] = Release(self.cluster, self.replicas[0].proc,
                                           self.ns, manifest)
             self.rollouts[name].apply()
@@ -348,6 +350,8 @@ def main() -> int:
     p.add_argument("--faults", type=lambda v: [f for f in v.split(",") if f],
                    default=["prometheus", "kube", "etcd", "gateway"],
                    help="which of the sandbox's parts to fail (comma-separated; '' for none)")
+    p.add_argument("--rule", choices=("Sequential", "Window"), default="Sequential",
+                   help="the verdict rule (default: the product's, Sequential)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--json", type=Path, default=RESULTS / "chaos-sandbox.json")
     args = p.parse_args()
