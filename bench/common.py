@@ -72,7 +72,7 @@ class BenchOperator(OperatorProcess):
     commit) instead of the work tree."""
 
     def __init__(self, env: dict[str, str], src: Path = OPERATOR_SRC, **kw: Any) -> None:
-        super().__init__(env, service_proxy=False, **kw)
+        super().__init__(env, **{"service_proxy": False, **kw})
         self.src = src
 
     def process_env(self) -> dict[str, str]:
@@ -89,14 +89,17 @@ class Bench:
     operator process (the exported commit) watching only it, on free ports.  ``info`` starts the
     run's JSON result."""
 
-    def __init__(self, kind: str, args: Namespace, tag: str | None = None) -> None:
+    def __init__(self, kind: str, args: Namespace, tag: str | None = None,
+                 service_proxy: bool = False) -> None:
+        """``service_proxy``: the operator reaches Services (probes, the evaluation gate)."""
         self.env = sandbox_env()
         self.cluster = Cluster(self.env)
         ensure_crd(self.cluster)
         self.tag = tag or uuid.uuid4().hex[:6]
         self.ns = f"bench-{kind}-{self.tag}"
         self.op = BenchOperator(self.env, log_name=f"bench-{self.ns}", namespaces=[self.ns],
-                                metrics_port=free_port(), liveness_port=free_port())
+                                metrics_port=free_port(), liveness_port=free_port(),
+                                service_proxy=service_proxy)
         self.info: dict[str, Any] = {"namespace": self.ns, "machine": machine(),
                                      "args": vars(args), "operator_commit": OPERATOR_COMMIT}
         self.started = time.time()

@@ -92,6 +92,12 @@ SCENARIOS = {s.name: s for s in (
     # ... and with Window, as the peers (one window at a time): ours alone, the peers are above
     Scenario("low-ttft-window", "w", True, {"version": "v2", "ttft_ms": 400}, "slo-ttft-p99",
              analysis=TTFT_SLO, rate=4, max_s=240, lanes=("inference-rollout",)),
+    # ... and with the operator's own probes (1/s to each side, the first weight held for 3
+    # answered canary probes): ours alone, the physical limit of evidence on demand
+    Scenario("low-ttft-probes", "p", True, {"version": "v2", "ttft_ms": 400}, "slo-ttft-p99",
+             analysis={**TTFT_SLO, "probes": {"ratePerSecond": 1, "timeout": "10s",
+                                              "warmupRequests": 3}},
+             rate=4, max_s=240, lanes=("inference-rollout",), ours_defaults=True),
     # a good release at that rate: which controller promotes a canary it could not judge?  Ours
     # at its defaults has 8 minutes (issue 30's target for a healthy release at 0.2 req/s)
     Scenario("low-good", "h", False, {"version": "v2"}, "slo-ttft-p99",
@@ -341,7 +347,9 @@ def main() -> None:
     scenarios = [SCENARIOS[n] for n in args.scenarios.split(",")]
     s = Settings(interval_s=args.interval, steps=(5, 20, 50), rate=args.rate, replicas=1, gpus=1)
     tag = f"{int(time.time()) % 100000}"
-    lanes: list[Lane] = [LANES[c](Bench(BENCH_KIND[c], args, tag=tag), s)
+    probing = any("probes" in sc.analysis for sc in scenarios)  # ours must reach Services
+    lanes: list[Lane] = [LANES[c](Bench(BENCH_KIND[c], args, tag=tag,
+                                        service_proxy=probing and c == OURS), s)
                          for c in args.controllers.split(",")]
     env = lanes[0].bench.env
     for lane in lanes:  # a client identity of its own (this run's), for the audit log's count
