@@ -11,7 +11,8 @@ from the repository's root, shell globs allowed, sorted):
     <!-- /table -->
 
 Kinds: ``peers`` (``python -m bench.peers --table``: the rows of every file pooled, their settings
-equal) and ``calibration`` (``bench/calibration.py --report``).  A unit test runs ``--check``, so a
+equal), ``calibration`` (``bench/calibration.py --report``) and ``confirm`` (``bench/confirm.py``:
+the simulation's guarantees beside the sandbox's counts).  A unit test runs ``--check``, so a
 table edited by hand, or raw results changed without the table, fail the build.
 """
 
@@ -41,7 +42,13 @@ def _calibration(paths: list[str]) -> str:
     return str(report(paths))
 
 
-KINDS: dict[str, Callable[[list[str]], str]] = {"peers": _peers, "calibration": _calibration}
+def _confirm(paths: list[str]) -> str:
+    from confirm import load, table
+    return table(*load(paths))
+
+
+KINDS: dict[str, Callable[[list[str]], str]] = {
+    "peers": _peers, "calibration": _calibration, "confirm": _confirm}
 
 
 def files_of(pattern_list: str, root: Path = ROOT) -> list[str]:

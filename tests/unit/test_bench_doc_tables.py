@@ -74,3 +74,18 @@ def test_the_calibration_table_times_a_late_breakage_from_the_break() -> None:
     assert line.startswith("| - | late | 3 | 1 (") and "| 9 / 30 |" in line
     # nearest-rank medians (the lower of two): 80 − 72.5 and 83 − 75
     assert line.endswith("| 80 s / 83 s | 7.5 s / 8.0 s |")
+
+
+def test_the_sandbox_is_checked_against_the_simulation_and_a_disagreement_is_named() -> None:
+    from bench import confirm
+    sim = [{"rule": "Sequential", "kind": "errors", "share": 0.005, "releases": 1000,
+            "rolled_back": 100, "promoted": 900}]  # 10 % false rollbacks simulated
+    real = [{"scenario": "healthy", "outcome": "promoted", "rate": 0.2}] * 61
+    row = confirm.table(sim, real).splitlines()[2]
+    assert "| 100/1000 (10.0 %) | 0/61 at 0.2 | 0/61: 0–6 % | **not consistent** |" in row
+    sim[0]["rolled_back"] = 0
+    row = confirm.table(sim, real).splitlines()[2]
+    assert "**consistent**" in row and f"≈ {confirm.needed(0.01)} clean releases" in row
+    assert confirm.needed(0.01) > 300  # 0 of n shows "≤ 1 %" at 95 % only past a few hundred
+    many = [{"scenario": "healthy", "outcome": "promoted", "rate": 2.0}] * 400
+    assert "| yes (≤ 1.0 %) |" in confirm.table(sim, many).splitlines()[2]
