@@ -44,7 +44,7 @@ def _calibration(paths: list[str]) -> str:
 
 def _confirm(paths: list[str]) -> str:
     from confirm import load, table
-    return table(*load(paths))
+    return str(table(*load(paths)))
 
 
 KINDS: dict[str, Callable[[list[str]], str]] = {
