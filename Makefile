@@ -69,10 +69,12 @@ bench: venv
 # Side by side with Flagger and Argo Rollouts on a running sandbox (issue 15; needs
 # `bash sandbox/build.sh peers` once, and for the API-request counts a sandbox started with
 # IR_APISERVER_AUDIT=1): the same bad and good releases under each; docs/benchmarks.md §5.
-PEERS_RUNS ?= 3
-PEERS_SCENARIOS ?= bad-ttft,good,bad-errors,low-ttft
+PEERS_RUNS ?= 5
+PEERS_SCENARIOS ?= bad-ttft,good,bad-errors,noisy-good,low-ttft,low-good,low-ttft-probes
+# each run's raw results kept in the repository (docs tables are generated from them: bench/doc_tables.py)
+PEERS_OUT ?= bench/results/$(shell date -u +%F)-$(shell git rev-parse --short HEAD)/peers-$(shell date -u +%H%M%S).json
 bench-peers: venv
-	$(PY) -m bench.peers --runs $(PEERS_RUNS) --scenarios $(PEERS_SCENARIOS)
+	$(PY) -m bench.peers --runs $(PEERS_RUNS) --scenarios $(PEERS_SCENARIOS) --out $(PEERS_OUT)
 
 # Verdicts at low traffic (pure, no sandbox, a few minutes on one core): the Sequential rule
 # beside the Window rule over thousands of simulated releases; table in docs/benchmarks.md.
