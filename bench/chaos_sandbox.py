@@ -41,6 +41,7 @@ import time
 from collections import Counter
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 from chaos_history import Seen, Started, judge_run
 from common import RESULTS, ROOT, BenchOperator
@@ -311,10 +312,20 @@ class ChaosRun:
         (``BackendUnresolved``: a canary's share taken back while the gateway could not find its
         Service; each Event's ``count`` included)."""
         counts: Counter[str] = Counter()
-        for ev in self.cluster.core.list_namespaced_event(self.ns).items:
-            if ev.type == "Warning":
-                counts[ev.reason or ""] += ev.count or 1
+        for ev in self.warning_events():
+            counts[ev["reason"]] += ev["count"]
         return dict(sorted(counts.items()))
+
+    def warning_events(self) -> list[dict[str, Any]]:
+        """Each Warning Event of the namespace, kept with the result (when, what, on which
+        rollout): the namespace is deleted after the run."""
+        def iso(t: Any) -> str | None:
+            return t.isoformat() if t is not None else None
+        return [{"reason": ev.reason or "", "object": ev.involved_object.name,
+                 "first": iso(ev.first_timestamp or ev.event_time), "last": iso(ev.last_timestamp),
+                 "count": ev.count or 1, "message": ev.message}
+                for ev in self.cluster.core.list_namespaced_event(self.ns).items
+                if ev.type == "Warning"]
 
     def final_routes(self) -> dict[str, dict[str, int]]:
         return {name: rel.route() for name, rel in self.rollouts.items()}
@@ -363,6 +374,7 @@ def main() -> int:
         time.sleep(2)  # the watch catches up
         verdict = judge_run(run.releases, list(run.watcher.seen), run.final_routes())
         verdict["warnings_by_reason"] = run.warnings_by_reason()
+        verdict["warning_events"] = run.warning_events()
     finally:
         run.stop()
         ns_left = run.ns
