@@ -33,10 +33,30 @@ from irsandbox.loadgen import run_load
 from irsandbox.podspec import LABEL_REVISION
 
 
-def churn(kit: Cluster, ns: str, stop: threading.Event) -> int:
-    """Rewrite route ``other``'s weight every 0.3 s until ``stop``; returns the writes."""
+def two_revisions(kit: Cluster, ns: str, canary_weight: int) -> tuple[str, str]:
+    """Two one-pod revisions (``stable``, ``canary``) behind route ``chat`` split
+    100 − ``canary_weight`` / ``canary_weight``, and an unrelated route ``other`` for
+    :func:`churn`; waits until the gateway serves the split.  Returns (the route's host, the
+    stable pod's name)."""
+    host = f"chat.{ns}.example"
+    for rev in ("stable", "canary"):
+        kit.create(ns, manifests.vllm_deployment(
+            f"chat-{rev}", revision=rev, annotations={"sim.inference.dev/itl-ms": "5"}))
+        kit.create(ns, manifests.service(f"chat-{rev}", "chat", rev))
+    weights = {"chat-stable": 100 - canary_weight, "chat-canary": canary_weight}
+    kit.create(ns, manifests.httproute("chat", list(weights.items()), [host]))
+    kit.create(ns, manifests.service("other", "other", "none"))
+    kit.create(ns, manifests.httproute("other", [("other", 1)], [f"other.{ns}.example"]))
+    stable = kit.wait_serving(ns, f"{LABEL_REVISION}=stable", 1)[0]
+    kit.wait_serving(ns, f"{LABEL_REVISION}=canary", 1)
+    kit.wait_programmed(ns, "chat", {"chat-stable": 1, "chat-canary": 1})  # one pod each
+    return host, stable
+
+
+def churn(kit: Cluster, ns: str, stop: threading.Event, period: float = 0.3) -> int:
+    """Rewrite route ``other``'s weight every ``period`` s until ``stop``; returns the writes."""
     writes = 0
-    while not stop.wait(0.3):
+    while not stop.wait(period):
         kit.set_weights(ns, "other", {"other": 1 + writes % 50})
         writes += 1
     return writes
@@ -56,18 +76,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ns = f"bench-streams-{uuid.uuid4().hex[:5]}"
     kit.create_namespace(ns)
     try:
-        host = f"chat.{ns}.example"
-        for rev in ("stable", "canary"):
-            kit.create(ns, manifests.vllm_deployment(
-                f"chat-{rev}", revision=rev, annotations={"sim.inference.dev/itl-ms": "5"}))
-            kit.create(ns, manifests.service(f"chat-{rev}", "chat", rev))
-        kit.create(ns, manifests.httproute("chat", [("chat-stable", 50), ("chat-canary", 50)],
-                                           [host]))
-        kit.create(ns, manifests.service("other", "other", "none"))
-        kit.create(ns, manifests.httproute("other", [("other", 1)], [f"other.{ns}.example"]))
-        stable = kit.wait_serving(ns, f"{LABEL_REVISION}=stable", 1)[0]
-        kit.wait_serving(ns, f"{LABEL_REVISION}=canary", 1)
-        kit.wait_programmed(ns, "chat", {"chat-stable": 1, "chat-canary": 1})
+        host, stable = two_revisions(kit, ns, 50)
         url = (f"http://{kit.endpoints()[stable]['pod_address']}" if args.direct
                else kit.gateway_url)
         stop = threading.Event()
