@@ -1,5 +1,7 @@
-"""bench/doc_tables.py: the benchmark tables in docs/ are what their kept raw results give (issue
-30, item 6: "generate the docs tables from them, not by hand")."""
+"""The benchmarks' kept results and what is computed from them: the tables in docs/ are what the
+kept raw files give (bench/doc_tables.py; issue 30, item 6: "generate the docs tables from them,
+not by hand"), the simulation is checked against the sandbox (bench/confirm.py), and the
+calibration's and the gateway split's counts."""
 
 from __future__ import annotations
 
@@ -89,3 +91,12 @@ def test_the_sandbox_is_checked_against_the_simulation_and_a_disagreement_is_nam
     assert confirm.needed(0.01) > 300  # 0 of n shows "≤ 1 %" at 95 % only past a few hundred
     many = [{"scenario": "healthy", "outcome": "promoted", "rate": 2.0}] * 400
     assert "| yes (≤ 1.0 %) |" in confirm.table(sim, many).splitlines()[2]
+
+
+def test_the_split_benchmark_counts_the_longest_run_without_a_canary_answer() -> None:
+    import sys
+    sys.path.insert(0, str(doc_tables.BENCH))
+    from gateway_split import longest_gap
+    assert longest_gap(["stable"] * 19 + ["canary"] + ["stable"] * 25, "canary") == 25
+    assert longest_gap(["canary", "canary"], "canary") == 0
+    assert longest_gap([], "canary") == 0
