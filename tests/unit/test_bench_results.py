@@ -89,6 +89,9 @@ def test_the_sandbox_is_checked_against_the_simulation_and_a_disagreement_is_nam
     row = confirm.table(sim, real).splitlines()[2]
     assert "**consistent**" in row and f"≈ {confirm.needed(0.01)} clean releases" in row
     assert confirm.needed(0.01) > 300  # 0 of n shows "≤ 1 %" at 95 % only past a few hundred
+    from bench.calibration import wilson
+    for n in range(1, 400):  # 0 of n holds a simulated 0 %, whatever the rounding
+        assert wilson(0, n)[0] == 0.0 and wilson(n, n)[1] == 1.0
     many = [{"scenario": "healthy", "outcome": "promoted", "rate": 2.0}] * 400
     assert "| yes (≤ 1.0 %) |" in confirm.table(sim, many).splitlines()[2]
 
