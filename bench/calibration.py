@@ -106,10 +106,10 @@ def _lane(bench: Bench, lane: int, args: argparse.Namespace, out: list[Outcome])
                             route_back - began if route_back else None, 0, 0)
             else:
                 o = Outcome(lane, scenario, canary, "none", decided - began, None, 0, 0)
-            if broke_at is not None:
+            if breaker is not None and broke_at is not None:
                 o.broke_at = broke_at - began
                 if o.outcome == "promoted":  # a missed breakage: heal the new stable's pods
-                    breaker.annotate(manifest_ttft(manifest))  # type: ignore[union-attr]
+                    breaker.annotate(manifest_ttft(manifest))
             spans.append((o, began, time.time()))
             out.append(o)
             print(f"lane {lane} release {i} {scenario}: {o.outcome} after {o.seconds:.0f}s",

@@ -307,12 +307,13 @@ class ChaosRun:
             time.sleep(3)
             self.sandbox_up()
 
-    def warnings_by_reason(self) -> dict[str, int]:
-        """The Warning Events the operator posted in the run's namespace, counted by reason
-        (``BackendUnresolved``: a canary's share taken back while the gateway could not find its
-        Service; each Event's ``count`` included)."""
+    @staticmethod
+    def warnings_by_reason(events: list[dict[str, Any]]) -> dict[str, int]:
+        """The Warning Events the operator posted in the run's namespace (:meth:`warning_events`),
+        counted by reason (``BackendUnresolved``: a canary's share taken back while the gateway
+        could not find its Service; each Event's ``count`` included)."""
         counts: Counter[str] = Counter()
-        for ev in self.warning_events():
+        for ev in events:
             counts[ev["reason"]] += ev["count"]
         return dict(sorted(counts.items()))
 
@@ -373,8 +374,9 @@ def main() -> int:
         run.run()
         time.sleep(2)  # the watch catches up
         verdict = judge_run(run.releases, list(run.watcher.seen), run.final_routes())
-        verdict["warnings_by_reason"] = run.warnings_by_reason()
-        verdict["warning_events"] = run.warning_events()
+        events = run.warning_events()  # one LIST: the counts are of the events kept
+        verdict["warnings_by_reason"] = run.warnings_by_reason(events)
+        verdict["warning_events"] = events
     finally:
         run.stop()
         ns_left = run.ns

@@ -50,15 +50,13 @@ def our_manifest(name: str, prometheus: str, s: Settings, analysis: dict[str, An
     with the peers' sample guard, or with ``defaults`` the product's own interval, guard and rule
     (the sandbox's facts, its Prometheus and 1 s scrapes, stay)."""
     hold = f"{s.interval_s}s"
-    if defaults:
-        fields = AnalysisSpec.model_fields
-        analysis = {"interval": fields["interval"].default,
-                    "minSamples": fields["min_samples"].default,
-                    "verdicts": fields["verdicts"].default, **analysis}
+    fields = AnalysisSpec.model_fields
+    base = ({"interval": fields["interval"].default, "minSamples": fields["min_samples"].default,
+             "verdicts": fields["verdicts"].default} if defaults else {"interval": hold})
     return sandbox_rollout(
         name, prometheus=prometheus, replicas=s.replicas, gpus=s.gpus, metrics=metrics,
         steps=[*({"weight": w, "pause": hold} for w in s.steps), {"weight": 100}],
-        analysis=analysis if defaults else {"interval": hold, **analysis},
+        analysis={**base, **analysis},
         progress_deadline=f"{s.progress_deadline_s}s")
 
 
