@@ -12,8 +12,9 @@ venv: .venv/.installed
 	.venv/bin/pip install -q -e '.[dev]'
 	touch $@
 
+# The static checks hack/test.sh runs (it calls this target): every Python folder, bench/ and hack/ too.
 lint: venv
-	.venv/bin/ruff check operator tests sandbox
+	.venv/bin/ruff check operator tests sandbox hack bench
 	.venv/bin/mypy
 	.venv/bin/mypy tests/unit  # the unit tests, not strictly ([[tool.mypy.overrides]] tests.*)
 	.venv/bin/lint-imports

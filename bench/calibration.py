@@ -12,7 +12,9 @@ SLO's breach line, 0.45 s), ``errors5`` (the simulator fails 5 % of requests: fi
 1 % limit), ``late`` (a healthy canary that turns gross while it runs: ``--late-after`` seconds
 into its 50 % step (default 10), after all the good evidence before, its pods are annotated 2 s
 to the first token, which the sandbox's bridge applies to the running simulators; in a run with
-``late`` the 50 % step is held ``--late-after`` + 20 s, at least 30 s, so the break comes first).  The rule is ``Sequential`` at its defaults (falseRollbackRate 1 %) on
+``late`` the 50 % step is held ``--late-after`` + 20 s, at least 30 s, so the break comes first).
+
+The rule is ``Sequential`` at its defaults (falseRollbackRate 1 %) on
 ``ttftP99: 300ms`` and an error rate ≤ 1 %, steps 5/20/50/100 % with 30 s holds; the sandbox's
 cadence (a look every 5 s on 1 s scrapes) rather than production's 1m/30 s, so a run takes
 minutes.  Per release: the outcome (promoted, rolled back, or none in ``--timeout``), the time
@@ -186,8 +188,10 @@ def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
     p = k / n
     centre = (p + z * z / (2 * n)) / (1 + z * z / n)
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    # exact at the ends: rounding must not put 0 of n above 0 (or n of n below 1)
-    return (0.0 if k == 0 else max(0.0, centre - half)), (1.0 if k == n else min(1.0, centre + half))
+    # exact at the ends: rounding must not put 0 of n above 0, or n of n below 1
+    low = 0.0 if k == 0 else max(0.0, centre - half)
+    high = 1.0 if k == n else min(1.0, centre + half)
+    return low, high
 
 
 def table(outcomes: list[Outcome], rates: dict[int, float] | None = None) -> str:

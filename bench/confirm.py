@@ -1,8 +1,11 @@
-"""Does the sandbox confirm the simulation?  Each guarantee of ``bench/verdicts.py`` (pure, thousands
-of simulated releases) beside what ``bench/calibration.py`` counted on real parts (Traefik, the
-sandbox's Prometheus), from the kept raw files of both (issue 30, item 5).
+"""Does the sandbox confirm the simulation?
 
-    .venv/bin/python bench/confirm.py bench/results/<verdicts>*.json bench/results/<calibration>*.json
+Each guarantee of ``bench/verdicts.py`` (pure, thousands of simulated releases) beside what
+``bench/calibration.py`` counted on real parts (Traefik, the sandbox's Prometheus), from the
+kept raw files of both (issue 30, item 5).
+
+    .venv/bin/python bench/confirm.py \
+        bench/results/<verdicts>*.json bench/results/<calibration>*.json
 
 A row says **consistent** when the sandbox's 95 % Wilson interval holds the simulated proportion,
 **not consistent** when it does not (a defect the simulation cannot see: look there first), and
@@ -21,7 +24,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from calibration import STEPS, wilson  # noqa: E402
+from calibration import STEPS, wilson
 
 FIRST_SHARE = STEPS[0]["weight"] / 100
 

@@ -25,10 +25,7 @@ fi
 bash sandbox/build.sh apt
 
 step "static checks: ruff, mypy (strict on core/api/budget; the unit tests too), layering contracts"
-.venv/bin/ruff check $(ls -d operator tests sandbox hack bench 2>/dev/null)
-.venv/bin/mypy
-.venv/bin/mypy tests/unit  # not strictly: pyproject.toml's override for tests.*
-.venv/bin/lint-imports
+make -s lint  # one definition (Makefile), so a local `make lint` checks what CI checks
 
 step "unit tests (the operator's, and the sandbox's own beside it)"
 make -s unit  # under coverage, with floors for the reconciler, handlers and CLI (Makefile)

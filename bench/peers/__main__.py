@@ -306,7 +306,7 @@ def saved_table(paths: list[str]) -> list[str]:
     names = {f.name for f in fields(Row)}
     rows = [Row(**{k: v for k, v in r.items() if k in names}) for d in saved for r in d["rows"]]
     s = saved[0]["settings"]
-    return [summary(saved, rows), ""] + table(rows, Settings(**{**s, "steps": tuple(s["steps"])}))
+    return [summary(saved, rows), "", *table(rows, Settings(**{**s, "steps": tuple(s["steps"])}))]
 
 
 def summary(saved: list[dict[str, Any]], rows: list[Row]) -> str:
