@@ -36,10 +36,13 @@ S1, S2 = set_id(V1), set_id(V2)
 SETS = {S1: V1, S2: V2}
 
 
+STARTED = T0 - timedelta(hours=2)
+
+
 def steady(n: int, sources: dict[str, str] = V1, label: str = S1) -> dict[str, PodAdapters]:
     return {f"pod-{i}": PodAdapters(f"pod-{i}", serving=True, loaded=dict(sources), label=label,
-                                    admitted=True, gate_changed_at=T0 - timedelta(hours=1),
-                                    container_started_at=T0 - timedelta(hours=2))
+                                    admitted=True, moved_at=T0 - timedelta(hours=1),
+                                    container_started_at=STARTED, verified_start=STARTED)
             for i in range(n)}
 
 
@@ -52,7 +55,7 @@ class World:
     def apply(self, move: object) -> None:
         p = self.pods[move.pod]  # type: ignore[attr-defined]
         if isinstance(move, Evict):
-            p = replace(p, admitted=False, gate_changed_at=self.now)
+            p = replace(p, admitted=False, moved_at=self.now)
         elif isinstance(move, LoadAdapter):
             assert not p.admitted, f"{move}: loaded into a pod in the endpoints"
             p = replace(p, loaded={**(p.loaded or {}), move.adapter: move.source})
@@ -60,11 +63,12 @@ class World:
             assert not p.admitted, f"{move}: unloaded from a pod in the endpoints"
             p = replace(p, loaded={k: v for k, v in (p.loaded or {}).items() if k != move.adapter})
         elif isinstance(move, Admit):
-            p = replace(p, label=move.set_id, admitted=True, gate_changed_at=self.now)
+            p = replace(p, label=move.set_id, admitted=True, moved_at=self.now,
+                        verified_start=move.verified_start)
         self.pods[p.name] = p
 
     def restart(self, name: str) -> None:
-        """The container restarts: vLLM comes back with no runtime adapters; the gate stays."""
+        """The container restarts: vLLM comes back with no runtime adapters; the label stays."""
         p = self.pods[name]
         self.pods[name] = replace(p, loaded={}, container_started_at=self.now)
 
@@ -77,13 +81,13 @@ class World:
             for adapter, source in (p.loaded or {}).items():
                 assert named.get(adapter) == source, (
                     f"{p.name} in the endpoints as {p.label} serves {adapter}={source}")
-            if not p.gate_stale:
+            if not p.stale:
                 assert dict(p.loaded or {}) == named, p
 
     def counts(self) -> dict[str, int]:
         out: dict[str, int] = {}
         for p in self.pods.values():
-            if p.admitted and p.serving and p.label and not p.gate_stale and (
+            if p.admitted and p.serving and p.label and not p.stale and (
                     dict(p.loaded or {}) == SETS[p.label]):
                 out[p.label] = out.get(p.label, 0) + 1
         return out
@@ -127,7 +131,7 @@ def test_a_step_moves_one_pod_at_a_time_out_drained_loaded_then_admitted() -> No
     assert load.moves == (LoadAdapter("pod-0", "support", V2["support"]),)  # code is unchanged
     w.apply(load.moves[0])
     assert plan(list(w.pods.values()), SETS, S1, S2, 50, w.now, DRAIN).moves == (
-        Admit("pod-0", S2),)
+        Admit("pod-0", S2, STARTED),)  # with the container start /v1/models was read on
     w.run(S2, 50)
     assert w.counts() == {S2: 2, S1: 2}
 
@@ -178,6 +182,28 @@ def test_a_restarted_container_is_taken_out_and_loaded_again() -> None:
     w.check()  # in the endpoints with no adapter: 404 for the name, never another version
     pl = plan(list(w.pods.values()), SETS, S1, S2, 50, w.now, DRAIN)
     assert Evict(canary) in pl.moves
+    w.run(S2, 50)
+    assert w.counts() == {S2: 2, S1: 1}
+
+
+def test_a_restart_between_the_read_and_the_admit_leaves_the_label_stale() -> None:
+    """The pod's /v1/models was read, then its container restarted, then Admit was written:
+    the label records the start it was read on, so the next plan sees it stale and takes the
+    pod out, where a label stamped with the time of writing would have looked fresh."""
+    w = World(steady(3))
+    w.now += timedelta(seconds=1)
+    pl = plan(list(w.pods.values()), SETS, S1, S2, 50, w.now, DRAIN)
+    while not any(isinstance(m, Admit) for m in pl.moves):
+        for m in pl.moves:
+            w.apply(m)
+        w.now += timedelta(seconds=pl.wake_in or 1)
+        pl = plan(list(w.pods.values()), SETS, S1, S2, 50, w.now, DRAIN)
+    admit = next(m for m in pl.moves if isinstance(m, Admit))
+    w.restart(admit.pod)  # after the read, before the write
+    w.now += timedelta(seconds=1)
+    w.apply(admit)
+    assert w.pods[admit.pod].stale
+    assert Evict(admit.pod) in plan(list(w.pods.values()), SETS, S1, S2, 50, w.now, DRAIN).moves
     w.run(S2, 50)
     assert w.counts() == {S2: 2, S1: 1}
 

@@ -30,6 +30,14 @@ TIMESTAMP_PATTERN = (r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.
 LABEL_ROLLOUT = f"{GROUP}/rollout"
 LABEL_REVISION = f"{GROUP}/revision"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+#: An adapter release's pods (docs/adapters.md): the set of adapter versions a pod serves (a set
+#: id, which a serving version's Service selects), or ``moving`` / ``pending`` (no Service
+#: selects it: it is changing, or new and not yet loaded).  Set ids are hex, so never these words.
+LABEL_ADAPTER_SET = f"{GROUP}/adapter-set"
+ADAPTER_SET_MOVING, ADAPTER_SET_PENDING = "moving", "pending"
+#: When the pod's adapter-set label last changed, and the container start its set was read on.
+ANN_ADAPTER_SET_MOVED_AT = f"{GROUP}/adapter-set-moved-at"
+ANN_ADAPTER_SET_VERIFIED_START = f"{GROUP}/adapter-set-verified-start"
 #: The last drill's result, written on the rollout by ``kubectl inference-rollout drill`` when it
 #: ends (JSON: id, kind, verdict, summary); the operator records it as an Event and notifies
 #: (the CLI sends nothing itself: it is a client of the API, not a notifier).

@@ -6,21 +6,29 @@ a subset of the running pods (sized by the step's weight), which a Service of th
 by label, and the route splits between the two subsets.  What makes it safe is the order each
 pod is moved in, planned here and nowhere else:
 
-1. **Out of the endpoints first.**  A pod that must change is taken out of every Service
-   (its readiness gate ``rollouts.inference.dev/adapters`` set False) and left to drain for
-   ``drain_seconds`` before anything is loaded: no request sees an adapter change under it.
+1. **Out of the endpoints first.**  A pod that must change is relabelled ``moving`` (its label
+   ``rollouts.inference.dev/adapter-set`` no longer names a set, so no Service selects it) and
+   left to drain for ``drain_seconds`` before anything is loaded: no request sees an adapter
+   change under it.
 2. **Load, unload, then read back.**  The adapters of the pod's target set are loaded (vLLM
    replaces an adapter of the same name in place), names no set uses any more are unloaded, and
    the next plan reads the pod's ``/v1/models`` again: what the pod *says* it serves is the only
    truth a plan starts from.
-3. **Label, then admit.**  Only a pod whose ``/v1/models`` lists exactly its target set gets
-   that set's label and its gate True.
+3. **Admit.**  Only a pod whose ``/v1/models`` lists exactly its target set is labelled with
+   that set, in one write with the container start it was read from.
 
 A crash between any two moves leaves a pod either out of the endpoints, or in them serving
 exactly the set its label names; the next plan continues from what it observes.  A container
-that restarted after its gate was set lost its runtime adapters: its gate is stale, and it is
-taken out again (until then vLLM answers 404 for the adapter's model name on it, never another
-version).  Pure: it reads the observation and returns moves; the reconciler applies them.
+that started after the one its label was verified on lost its runtime adapters: its label is
+stale, and it is taken out again (until then vLLM answers 404 for the adapter's model name on
+it, never another version).  Pure: it reads the observation and returns moves; the reconciler
+applies them.
+
+Why a label and not a readiness gate: a gate's condition is written to the pod's status, which
+a kubelet (and KWOK, the sandbox's) owns and rewrites, and it needs ``pods/status`` rights; a
+label is the pod's own metadata, leaves the endpoints as fast, and shows in ``kubectl get pods
+-L``.  A new pod comes from the template labelled ``pending``: out of every Service until it is
+admitted.
 """
 
 from __future__ import annotations
@@ -52,25 +60,28 @@ class PodAdapters:
     serving: bool
     #: Adapter name → source, as its ``/v1/models`` lists them; None: could not be read.
     loaded: Mapping[str, str] | None
-    #: The set its label says it serves (None: no label yet).
+    #: The set its label says it serves (None: ``moving``, ``pending`` or no label).
     label: str | None
-    #: Its readiness gate is True: it is in the Services' endpoints (with ``serving``).
+    #: Its label names a set: it is in that set's Service's endpoints (with ``serving``).
     admitted: bool
-    #: When the gate last changed, and when the serving container last started.
-    gate_changed_at: datetime | None = None
+    #: When its label last changed (the drain counts from an eviction).
+    moved_at: datetime | None = None
+    #: When its containers last started, and the start its label was verified on (Admit).
     container_started_at: datetime | None = None
+    verified_start: datetime | None = None
 
     @property
-    def gate_stale(self) -> bool:
-        """The gate was set before the container's current start: its runtime adapters are gone."""
-        return (self.admitted and self.gate_changed_at is not None
-                and self.container_started_at is not None
-                and self.container_started_at > self.gate_changed_at)
+    def stale(self) -> bool:
+        """Admitted, but its containers started after the start its set was read on: the
+        runtime adapters it was admitted with are gone."""
+        verified = self.verified_start or self.moved_at
+        return (self.admitted and verified is not None and self.container_started_at is not None
+                and self.container_started_at > verified)
 
 
 @dataclass(frozen=True)
 class Evict:
-    """Set the pod's gate False: out of every Service's endpoints."""
+    """Label the pod ``moving``: out of every Service's endpoints."""
 
     pod: str
 
@@ -90,10 +101,12 @@ class UnloadAdapter:
 
 @dataclass(frozen=True)
 class Admit:
-    """Label the pod with the set it serves, then set its gate True (in that order)."""
+    """Label the pod with the set it serves, recording the container start its ``/v1/models``
+    was read on (a restart after that read makes the label stale, never wrong)."""
 
     pod: str
     set_id: str
+    verified_start: datetime | None = None
 
 
 PodMove = Evict | LoadAdapter | UnloadAdapter | Admit
@@ -156,7 +169,7 @@ def plan(pods: Sequence[PodAdapters], sets: Mapping[str, AdapterSources], stable
 
     ``sets``: set id → its adapters, for every set named by a target or a label (a label of a
     set not in ``sets`` is treated as wrong).  One pod at a time is taken out of the endpoints
-    to be changed; a stale gate is taken out at once, whatever else is out."""
+    to be changed; a stale label is taken out at once, whatever else is out."""
     want = targets(pods, sets, stable, canary, weight)
     managed = _managed(sets)
     moves: list[PodMove] = []
@@ -169,18 +182,18 @@ def plan(pods: Sequence[PodAdapters], sets: Mapping[str, AdapterSources], stable
         target = want[p.name]
         adapters = sets[target]
         correct = p.loaded is not None and _serves(p.loaded, adapters, sets)
-        if p.admitted and not p.gate_stale and p.label == target and correct:
+        if p.admitted and not p.stale and p.label == target and correct:
             in_place[target] = in_place.get(target, 0) + 1
             continue
         if not p.serving or p.loaded is None:
-            continue  # nothing to talk to: the container's readiness keeps it out
+            continue  # nothing to talk to: the container's readiness keeps it out of endpoints
         if p.admitted:
-            if p.gate_stale or draining == 0:
+            if p.stale or draining == 0:
                 moves.append(Evict(p.name))
                 draining += 1
             continue
-        waited = ((now - p.gate_changed_at).total_seconds()
-                  if p.gate_changed_at is not None else drain_seconds)
+        waited = ((now - p.moved_at).total_seconds()
+                  if p.moved_at is not None else drain_seconds)
         if waited < drain_seconds:
             left = drain_seconds - waited
             wake = left if wake is None else min(wake, left)
@@ -192,6 +205,6 @@ def plan(pods: Sequence[PodAdapters], sets: Mapping[str, AdapterSources], stable
             for name in sorted(set(p.loaded) & managed - set(adapters)):
                 moves.append(UnloadAdapter(p.name, name))
             continue  # read back before admitting
-        moves.append(Admit(p.name, target))
+        moves.append(Admit(p.name, target, p.container_started_at))
     return AdapterPlan(want, tuple(moves), in_place, wake)
 
