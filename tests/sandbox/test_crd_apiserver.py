@@ -30,6 +30,15 @@ def _with(path: str, value: Any) -> dict[str, Any]:
 
 
 METRIC = {"name": "errors", "template": "error-rate", "max": 0.01}
+ADAPTER = {"name": "support", "source": "/adapters/support/v7"}
+
+
+def _adapters_on(replicas: int) -> dict[str, Any]:
+    doc = _with("spec.adapters", [ADAPTER])
+    doc["spec"]["replicas"] = replicas
+    return doc
+
+
 INVALID = [
     ("steps not rising", _with("spec.strategy.steps", [{"weight": 20}, {"weight": 5},
                                                        {"weight": 100}]), "rise strictly"),
@@ -52,6 +61,10 @@ INVALID = [
      "exactly one of httpRouteRef"),
     ("swap without surge", _with("spec.capacity", {"mode": "swap", "maxSurge": 0}),
      "spec.capacity.maxSurge"),
+    ("duplicate adapter names", _with("spec.adapters", [ADAPTER, ADAPTER]),
+     "spec.adapters: adapter names must be unique"),
+    ("adapters on one replica", _adapters_on(replicas=1),
+     "spec.replicas: an adapter release splits the running pods"),
 ]
 
 

@@ -15,11 +15,11 @@ import pytest
 from tests.unit.test_lint_rules import GOOD_ARGS, WATCHED
 
 from inference_rollout.budget.args import VllmArgsError, parse_vllm_args
-from inference_rollout.budget.facts import ReleaseFacts
+from inference_rollout.budget.facts import ReleaseFacts, facts_from_manifest
 from inference_rollout.budget.findings import Severity
 from inference_rollout.budget.gpu import gpu_from_label
 from inference_rollout.budget.lint import lint_release
-from inference_rollout.budget.lora import LoraConfig, lora_bytes_per_gpu
+from inference_rollout.budget.lora import AdapterFact, LoraConfig, lora_bytes_per_gpu
 from inference_rollout.budget.memory import compute_budget, estimated_hidden_size
 from inference_rollout.budget.presets import get_preset
 
@@ -73,14 +73,20 @@ def test_the_budget_takes_the_buffers_out_of_the_kv_pool() -> None:
     assert "1.38 GiB per GPU" in note.message and note.severity is Severity.INFO
 
 
-def facts(*args: str, env: dict[str, str | None] | None = None) -> ReleaseFacts:
+def facts(*args: str, env: dict[str, str | None] | None = None,
+          adapters: tuple[AdapterFact, ...] = ()) -> ReleaseFacts:
     return ReleaseFacts(container_args=(*GOOD_ARGS, *args), gpu_memory_gib=80.0,
                         gpu_product="NVIDIA-H100-80GB-HBM3", metrics=WATCHED, slo_present=True,
-                        container_env=env or {})
+                        container_env=env or {}, adapters=adapters)
 
 
-def findings(*args: str, env: dict[str, str | None] | None = None) -> dict[str, Any]:
-    return {f.code: f for f in lint_release(facts(*args, env=env)).findings}
+def findings(*args: str, env: dict[str, str | None] | None = None,
+             adapters: tuple[AdapterFact, ...] = ()) -> dict[str, Any]:
+    return {f.code: f for f in lint_release(facts(*args, env=env, adapters=adapters)).findings}
+
+
+RUNTIME: dict[str, str | None] = {"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "true"}
+SUPPORT = AdapterFact("support", "meta-llama/Llama-3.1-8B-Instruct")
 
 
 @pytest.mark.parametrize(("args", "flag", "words"), [
@@ -123,3 +129,40 @@ def test_lora_modules_take_every_value_and_leave_the_model_alone() -> None:
                             "--max-loras", "2"))
     assert args.model == "meta-llama/Llama-3.1-8B-Instruct"
     assert args.lora == LoraConfig(max_loras=2, static_adapters=2)
+
+
+def test_spec_adapters_make_the_lora_switches_errors_naming_the_field() -> None:
+    """Without spec.adapters these only advise; with them an adapter release could not run."""
+    no_lora = findings(adapters=(SUPPORT,))["LORA-ADAPTERS-NEED-LORA"]
+    assert no_lora.is_error and "args[--enable-lora]" in no_lora.field
+    assert "spec.adapters names 1 adapter but" in no_lora.message
+    off = findings(*LORA, adapters=(SUPPORT,))["LORA-RUNTIME-UPDATES"]
+    assert off.is_error and "cannot be released at all" in off.message
+    ready = findings(*LORA, env=RUNTIME, adapters=(SUPPORT,))
+    assert not [f for f in ready.values() if f.code.startswith("LORA") and f.is_error], ready
+
+
+def test_an_adapter_for_another_base_model_is_an_error_on_its_own_field() -> None:
+    other = AdapterFact("code", "Qwen/Qwen2.5-7B-Instruct")
+    found = findings(*LORA, env=RUNTIME, adapters=(SUPPORT, other))["LORA-BASE-MODEL"]
+    assert found.is_error and found.field == "spec.adapters[1].baseModel"
+    assert "trained on Qwen/Qwen2.5-7B-Instruct" in found.message
+    assert "LORA-BASE-MODEL" not in findings(*LORA, env=RUNTIME,
+                                             adapters=(AdapterFact("any", None),))
+
+
+def test_spec_adapters_count_toward_the_cpu_cache_with_those_named_at_start() -> None:
+    three = tuple(AdapterFact(f"a{i}", None) for i in range(3))
+    cache = findings(*LORA, "--lora-modules", "x=/x", "y=/y", env=RUNTIME,
+                     adapters=three)["LORA-CPU-CACHE"]
+    assert "--lora-modules and spec.adapters name 5 adapters" in cache.message
+    assert "Raise --max-cpu-loras to 5" in cache.message
+    assert "LORA-CPU-CACHE" not in findings(*LORA, env=RUNTIME, adapters=three[:2])
+
+
+def test_spec_adapters_reach_the_lints_from_a_manifest() -> None:
+    manifest = {"spec": {"template": {"spec": {"containers": [{
+        "name": "vllm", "image": "vllm/vllm-openai:v0.12.0", "args": [*GOOD_ARGS]}]}},
+        "adapters": [{"name": "support", "source": "/a", "baseModel": "m/other"}]}}
+    got = facts_from_manifest(manifest).adapters
+    assert got == (AdapterFact("support", "m/other"),)

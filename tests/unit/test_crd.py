@@ -33,7 +33,7 @@ from pydantic import ValidationError
 
 from inference_rollout.api import GROUP, KIND, PLURAL, SHORT_NAMES, SINGULAR, crd
 from inference_rollout.api.duration import DurationError, parse_duration
-from inference_rollout.api.spec import MAX_STEPS, InferenceRolloutSpec
+from inference_rollout.api.spec import ADAPTERS_NOT_BUILT, MAX_STEPS, InferenceRolloutSpec
 from irsandbox.manifests import user_rollout
 
 REPO = Path(__file__).resolve().parents[2]
@@ -72,6 +72,8 @@ def steps(*weights: int) -> list[dict[str, Any]]:
     return [{"weight": w, "pause": "1h"} for w in weights]
 
 
+ADAPTER = {"name": "support", "source": "/adapters/support/v7",
+           "baseModel": "meta-llama/Llama-3.1-8B-Instruct"}
 MINIMAL = manifest()
 del MINIMAL["spec"]["analysis"], MINIMAL["spec"]["replicas"]
 
@@ -227,6 +229,19 @@ INVALID: list[tuple[str, dict[str, Any], str]] = [
     ("false rollback rate 0.5", patched({"analysis.falseRollbackRate": 0.5}),
      "spec.analysis.falseRollbackRate"),
     ("unknown verdict rule", patched({"analysis.verdicts": "Bayesian"}), "spec.analysis.verdicts"),
+    ("duplicate adapter names", patched({"replicas": 2, "adapters": [ADAPTER, ADAPTER]}),
+     "spec.adapters: adapter names must be unique"),
+    ("adapters on one replica", patched({"replicas": 1, "adapters": [ADAPTER]}),
+     "spec.replicas: an adapter release splits the running pods"),
+    ("adapters on the default replica count", patched({"replicas": DELETE,
+                                                       "adapters": [ADAPTER]}),
+     "spec.replicas: an adapter release splits the running pods"),
+    ("adapter name with a space", patched({"replicas": 2, "adapters": [
+        {**ADAPTER, "name": "sup port"}]}), "spec.adapters[0].name"),
+    ("adapter source with a newline", patched({"replicas": 2, "adapters": [
+        {**ADAPTER, "source": "/adapters/support/v7\n"}]}), "spec.adapters[0].source"),
+    ("nine adapters", patched({"replicas": 2, "adapters": [
+        {**ADAPTER, "name": f"a{i}"} for i in range(9)]}), "spec.adapters"),
 ]
 
 # --- a small emulation of the API server's create path ------------------------------------------
@@ -598,6 +613,17 @@ def test_invalid_manifests_are_rejected_naming_the_field(
     # The models agree (so `kubectl inference-rollout lint` reports it offline too).
     with pytest.raises(ValidationError):
         InferenceRolloutSpec.model_validate(body["spec"])
+
+
+def test_adapters_pass_the_api_server_and_are_refused_whole_by_this_operator() -> None:
+    """spec.adapters is designed (docs/adapters.md) but not carried out yet: the API server
+    stores a well-formed one, and the models refuse the spec with the message that says so."""
+    body = patched({"replicas": 2, "adapters": [ADAPTER, {**ADAPTER, "name": "code"}]})
+    _, errors = apply(body)
+    assert errors == []
+    with pytest.raises(ValidationError) as e:
+        InferenceRolloutSpec.model_validate(body["spec"])
+    assert ADAPTERS_NOT_BUILT in str(e.value)
 
 
 def test_docs_example_is_valid() -> None:

@@ -121,6 +121,13 @@ VALIDATIONS: Final[dict[RulePath, list[Rule]]] = {
             "of requests with the weight, and spec.traffic.testers or sessionAffinity send "
             "requests past the weight (docs/traffic.md); remove one of them",
         },
+        {
+            "rule": "!has(self.adapters) || size(self.adapters) == 0 "
+            "|| (has(self.replicas) && self.replicas >= 2)",
+            "message": "spec.replicas: an adapter release splits the running pods between two "
+            "adapter versions, which needs at least 2; raise spec.replicas or remove "
+            "spec.adapters",
+        },
     ],
     ("spec", "analysis", "interval"): _at_most("spec.analysis.interval", MAX_ANALYSIS_INTERVAL),
     ("spec", "analysis", "prometheus", "timeout"): _at_most(
@@ -190,6 +197,13 @@ VALIDATIONS: Final[dict[RulePath, list[Rule]]] = {
         {
             "rule": "self.all(m, self.exists_one(n, n.name == m.name))",
             "message": "spec.analysis.metrics: metric names must be unique",
+        },
+    ],
+    ("spec", "adapters"): [
+        {
+            "rule": "self.all(a, self.exists_one(b, b.name == a.name))",
+            "message": "spec.adapters: adapter names must be unique (each is one model name "
+            "clients ask for)",
         },
     ],
     ("spec", "analysis", "metrics", "[]"): [

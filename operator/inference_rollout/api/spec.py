@@ -78,6 +78,11 @@ MAX_STEPS = 20
 MAX_METRICS = 32
 MAX_PARENT_REFS = 32
 MAX_HOSTNAMES = 16
+MAX_ADAPTERS = 8
+#: An adapter's name is the model name clients send (vLLM's ``lora_name``): letters, digits and
+#: ``._:/-``, starting and ending with a letter or digit (no spaces, quotes or control bytes that
+#: would be ambiguous in a JSON request, a PromQL label or a log line).
+ADAPTER_NAME_PATTERN = r"^[A-Za-z0-9]([A-Za-z0-9._:/-]{0,126}[A-Za-z0-9])?$"
 
 
 class Model(BaseModel):
@@ -777,6 +782,30 @@ class NotificationsSpec(Model):
         None, max_length=6, description="Only these kinds of notice (default: all).")
 
 
+# --- LoRA adapters (docs/adapters.md) ------------------------------------------------------------
+
+
+class AdapterSpec(Model):
+    """A LoRA adapter the pods serve at run time.  Changing only adapters is an adapter release:
+    no new pods, no model load (docs/adapters.md)."""
+
+    name: str = Field(min_length=1, max_length=128, pattern=ADAPTER_NAME_PATTERN,
+                      description="The model name clients ask for (vLLM's lora_name).")
+    source: str = Field(min_length=1, max_length=1024, pattern=r"^\S+$",
+                        description="What vLLM loads it from (lora_path): a path or URI.")
+    base_model: str | None = Field(
+        None, min_length=1, max_length=256,
+        description="The base model it was trained on; a pod serving another --model is refused.")
+
+
+#: Until the reconciler carries adapter releases, a spec naming adapters is refused whole (never
+#: half-applied): the message says what to do meanwhile.
+ADAPTERS_NOT_BUILT = (
+    "spec.adapters: adapter releases are designed (docs/adapters.md) but not yet carried out by "
+    "this operator version; remove spec.adapters, and meanwhile release an adapter with a new "
+    "template (vLLM's --lora-modules name=path)")
+
+
 # --- the whole spec -------------------------------------------------------------------------------
 
 
@@ -791,6 +820,26 @@ class InferenceRolloutSpec(Model):
     analysis: AnalysisSpec = Field(default_factory=AnalysisSpec)
     evaluation: EvaluationSpec | None = None
     notifications: NotificationsSpec | None = None
+    # No default in the CRD: a defaulted ``adapters: []`` would be written into every stored
+    # rollout, and an older operator (unknown fields refused) would then find them all invalid
+    # in the minutes of an upgrade between the new CRD and the new operator.
+    adapters: list[AdapterSpec] | None = Field(None, max_length=MAX_ADAPTERS)
+
+    @model_validator(mode="after")
+    def _adapters_are_releasable(self) -> InferenceRolloutSpec:
+        names = [a.name for a in self.adapters or ()]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"spec.adapters: the name {twice[0]} is given twice; each adapter "
+                             "is one model name clients ask for")
+        if self.adapters and self.replicas < 2:
+            raise ValueError(
+                "spec.replicas: an adapter release splits the running pods between two adapter "
+                f"versions, which needs at least 2 (it is {self.replicas}); raise "
+                "spec.replicas or remove spec.adapters")
+        if self.adapters:
+            raise ValueError(ADAPTERS_NOT_BUILT)
+        return self
 
     @model_validator(mode="after")
     def _pod_counts_fit_int32(self) -> InferenceRolloutSpec:

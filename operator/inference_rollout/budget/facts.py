@@ -25,6 +25,7 @@ from inference_rollout.api.spec import (
 
 from .args import is_shell_script
 from .gpu import GPU_PRODUCT_LABELS, UnknownGpuError, gpu_from_label
+from .lora import AdapterFact
 from .presets import LOCAL_KINDS, ModelArchitecture, UnknownPresetError, get_preset
 
 
@@ -56,6 +57,7 @@ class ReleaseFacts:
     metrics: tuple[MetricFact, ...] = ()
     slo_present: bool = False
     evaluation_present: bool = False
+    adapters: tuple[AdapterFact, ...] = ()  # spec.adapters: served at run time (docs/adapters.md)
     name: str | None = None
     namespace: str | None = None
 
@@ -311,6 +313,16 @@ def _metrics(analysis: Mapping[str, Any]) -> tuple[MetricFact, ...]:
     return tuple(facts)
 
 
+def _adapters(spec: Mapping[str, Any]) -> tuple[AdapterFact, ...]:
+    facts = []
+    for i, adapter in enumerate(_list(spec.get("adapters"), "spec.adapters")):
+        entry = _mapping(adapter, f"spec.adapters[{i}]")
+        base = entry.get("baseModel")
+        facts.append(AdapterFact(str(entry.get("name", f"adapters[{i}]")),
+                                 str(base) if base is not None else None))
+    return tuple(facts)
+
+
 def facts_from_manifest(
     manifest: Mapping[str, Any], stable_container_args: tuple[str, ...] | None = None
 ) -> ReleaseFacts:
@@ -342,6 +354,7 @@ def facts_from_manifest(
         metrics=_metrics(analysis),
         slo_present=any(slo.get(k) for k in ("ttftP99", "itlP99", "e2eP99")),
         evaluation_present=bool(spec.get("evaluation")),
+        adapters=_adapters(spec),
         name=str(metadata["name"]) if metadata.get("name") else None,
         namespace=str(metadata["namespace"]) if metadata.get("namespace") else None,
     )

@@ -192,7 +192,8 @@ def lint_release(facts: ReleaseFacts) -> LintResult:
     model = facts.model or preset_for_model(args.model)
     budget, budget_findings = _budget(facts, args, gpu, model)
     findings = [*_tensor_parallel(args, model), *budget_findings,
-                *lora_findings(args.lora, args.lora_flags, _env_true(facts, RUNTIME_UPDATING_ENV)),
+                *lora_findings(args.lora, args.lora_flags, _env_true(facts, RUNTIME_UPDATING_ENV),
+                               facts.adapters, args.model),
                 *_batch_and_speculation(facts, args, gpu, model),
                 *quantization_gate(facts, args, model), *analysis]
     qualified = [Finding(f.code, f.severity, qualify_field(f.field, facts.container_path),

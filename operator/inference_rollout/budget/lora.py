@@ -22,6 +22,7 @@ not counted.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .dtypes import activation_bytes
@@ -38,6 +39,14 @@ RUNTIME_UPDATING_ENV = "VLLM_ALLOW_RUNTIME_LORA_UPDATING"
 #: Flags that configure LoRA and mean nothing without ``--enable-lora``.
 LORA_FLAGS = ("--max-loras", "--max-lora-rank", "--max-cpu-loras", "--lora-dtype",
               "--fully-sharded-loras", "--lora-modules")
+
+
+@dataclass(frozen=True)
+class AdapterFact:
+    """One of ``spec.adapters`` as the lints see it."""
+
+    name: str
+    base_model: str | None  # spec.adapters[].baseModel, when given
 
 
 @dataclass(frozen=True)
@@ -79,11 +88,21 @@ def lora_bytes_per_gpu(model: ModelArchitecture, lora: LoraConfig, dtype: str, h
     return round(lora.max_loras * lora.max_lora_rank * (layers * layer + ends) * element)
 
 
-def lora_findings(lora: LoraConfig | None, given: frozenset[str],
-                  runtime_updating: bool) -> list[Finding]:
+def lora_findings(lora: LoraConfig | None, given: frozenset[str], runtime_updating: bool,
+                  adapters: Sequence[AdapterFact] = (), model: str | None = None) -> list[Finding]:
     """Lints of the LoRA flags that need no model: flags without ``--enable-lora``, a CPU cache
-    smaller than the adapters named at start, adapters that only a restart can change."""
+    smaller than the adapters served, adapters that only a restart can change.  With
+    ``spec.adapters`` (served at run time, docs/adapters.md) what would only slow or restrict
+    a release is an error: without LoRA, runtime updating or the right base model, an adapter
+    release cannot run at all."""
     if lora is None:
+        if adapters:
+            return [Finding(
+                "LORA-ADAPTERS-NEED-LORA", Severity.ERROR, arg_field("--enable-lora"),
+                f"spec.adapters names {len(adapters)} adapter{'s' if len(adapters) != 1 else ''} "
+                f"but the vLLM container has no --enable-lora: add --enable-lora (and "
+                f"{RUNTIME_UPDATING_ENV}=true to its env), or remove spec.adapters",
+            )]
         ignored = [f for f in LORA_FLAGS if f in given]
         return [Finding(
             "LORA-NOT-ENABLED", Severity.WARNING, arg_field(ignored[0]),
@@ -91,21 +110,35 @@ def lora_findings(lora: LoraConfig | None, given: frozenset[str],
             "--enable-lora: vLLM serves no adapter. Add --enable-lora, or remove them",
         )] if ignored else []
     findings = []
-    if lora.static_adapters > lora.cpu_cache:
+    served = lora.static_adapters + len(adapters)
+    if served > lora.cpu_cache:
+        named = (f"--lora-modules and spec.adapters name {served}" if adapters
+                 and lora.static_adapters else
+                 f"{'spec.adapters' if adapters else '--lora-modules'} names {served}")
         findings.append(Finding(
             "LORA-CPU-CACHE", Severity.WARNING, arg_field("--max-cpu-loras"),
-            f"--lora-modules names {lora.static_adapters} adapters but vLLM keeps "
-            f"{lora.cpu_cache} in CPU memory (--max-cpu-loras, default --max-loras): a request "
-            "for an evicted one waits while it is read from storage again. Raise "
-            f"--max-cpu-loras to {lora.static_adapters}",
+            f"{named} adapters but vLLM keeps {lora.cpu_cache} in CPU memory (--max-cpu-loras, "
+            "default --max-loras): a request for an evicted one waits while it is read from "
+            f"storage again. Raise --max-cpu-loras to {served}",
         ))
     if not runtime_updating:
         findings.append(Finding(
-            "LORA-RUNTIME-UPDATES", Severity.INFO, arg_field("--enable-lora"),
+            "LORA-RUNTIME-UPDATES", Severity.ERROR if adapters else Severity.INFO,
+            arg_field("--enable-lora"),
             f"{RUNTIME_UPDATING_ENV} is not true in the container's env, so adapters change only "
-            "with a new pod template (a restart and a model load per pod); set it to true to let "
-            "adapters be loaded and unloaded at run time (/v1/load_lora_adapter)",
+            "with a new pod template (a restart and a model load per pod)"
+            + (", and spec.adapters cannot be released at all" if adapters else "")
+            + "; set it to true to let adapters be loaded and unloaded at run time "
+            "(/v1/load_lora_adapter)",
         ))
+    for i, adapter in enumerate(adapters):
+        if adapter.base_model is not None and model is not None and adapter.base_model != model:
+            findings.append(Finding(
+                "LORA-BASE-MODEL", Severity.ERROR, f"spec.adapters[{i}].baseModel",
+                f"adapter {adapter.name} was trained on {adapter.base_model} but the pods serve "
+                f"--model {model}: vLLM would load it onto the wrong weights. Fix "
+                f"spec.adapters[{i}].baseModel or the template's --model",
+            ))
     return findings
 
 
