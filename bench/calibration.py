@@ -33,7 +33,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from common import RESULTS, Bench, percentile
+from common import RESULTS, Bench, free_gpus, percentile
 
 from irsandbox.harness import TrafficWatch
 from irsandbox.manifests import SIM_ANNOTATION, sandbox_rollout, with_template
@@ -45,6 +45,7 @@ STEPS: list[dict[str, Any]] = [{"weight": 5, "pause": "30s"}, {"weight": 20, "pa
 SCENARIOS: dict[str, dict[str, Any]] = {"healthy": {}, "gross": {"ttft_ms": 2000},
                                         "errors5": {"failure_rate": 5}, "late": {}}
 BREACH_S = 0.45  # ttftP99 300ms × 1.5
+REPLICAS = 2  # sandbox_rollout's default: each lane's stable and canary have this many pods
 #: ``late``: the canary's pods turn gross ``--late-after`` s after its route weight reaches this
 LATE_WEIGHT, LATE_TTFT_MS = 50, 2000
 
@@ -68,11 +69,14 @@ class Outcome:
     canary_answers: int
     bad_answers: int
     broke_at: float | None = None  # late: seconds from the template change to the breakage
+    #: rolled back or none: the status message then (a verdict, or e.g. a progress deadline)
+    reason: str | None = None
 
 
 def _lane(bench: Bench, lane: int, args: argparse.Namespace, out: list[Outcome]) -> None:
     manifest = sandbox_rollout(
         f"cal{lane}", prometheus=bench.env["PROMETHEUS_URL"], steps=steps_for(args),
+        replicas=REPLICAS,
         analysis={"verdicts": "Sequential", "slo": {"ttftP99": "300ms"}})
     rel = Release(bench.observer_client(), bench.op, bench.ns, manifest)  # a client per lane
     rel.apply()
@@ -105,9 +109,11 @@ def _lane(bench: Bench, lane: int, args: argparse.Namespace, out: list[Outcome])
             elif st.get("aborted"):
                 route_back = _wait_route(rel, stable)
                 o = Outcome(lane, scenario, canary, "rolled back", decided - began,
-                            route_back - began if route_back else None, 0, 0)
+                            route_back - began if route_back else None, 0, 0,
+                            reason=st.get("message"))
             else:
-                o = Outcome(lane, scenario, canary, "none", decided - began, None, 0, 0)
+                o = Outcome(lane, scenario, canary, "none", decided - began, None, 0, 0,
+                            reason=rel.status().get("message"))
             if breaker is not None and broke_at is not None:
                 o.broke_at = broke_at - began
                 if o.outcome == "promoted":  # a missed breakage: heal the new stable's pods
@@ -264,6 +270,12 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     args.started = time.monotonic()
     bench = Bench("calibration", args)
+    need, free = args.lanes * 2 * REPLICAS, free_gpus(bench.cluster)
+    if need > free:  # pods that wait for GPUs end in progress-deadline rollbacks, not verdicts
+        bench.finish()
+        raise SystemExit(f"--lanes {args.lanes} may need {need} GPUs (2 revisions of "
+                         f"{REPLICAS} pods per lane) and the sandbox has {free} free: run at "
+                         f"most {free // (2 * REPLICAS)} lanes")
     bench.op.start()
     outcomes: list[Outcome] = []
     lanes = [threading.Thread(target=_lane, args=(bench, i, args, outcomes), daemon=True)

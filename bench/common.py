@@ -126,6 +126,24 @@ class Bench:
         return cleanup_namespace(self.cluster, self.ns, self.op, **cleanup)
 
 
+GPU = "nvidia.com/gpu"
+
+
+def free_gpus(cluster: Cluster) -> int:
+    """GPUs no running or pending pod requests, over the sandbox's nodes: what a benchmark's
+    lanes may take.  A lane that cannot get its canary's pods waits past its progress deadline
+    and is rolled back for it, which a verdict benchmark would count as a false rollback."""
+    total = sum(int((n.status.allocatable or {}).get(GPU, 0))
+                for n in cluster.core.list_node().items)
+    used = 0
+    for pod in cluster.core.list_pod_for_all_namespaces().items:
+        if pod.status.phase in ("Succeeded", "Failed"):
+            continue
+        for c in pod.spec.containers:
+            used += int(((c.resources and c.resources.requests) or {}).get(GPU, 0))
+    return total - used
+
+
 def ensure_crd(cluster: Cluster) -> None:
     """Install the CRD only if the sandbox has none: other engineers' runs may be using a newer
     one from their work tree, and re-applying ours would change it under them."""
