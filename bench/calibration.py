@@ -71,6 +71,9 @@ class Outcome:
     broke_at: float | None = None  # late: seconds from the template change to the breakage
     #: rolled back or none: the status message then (a verdict, or e.g. a progress deadline)
     reason: str | None = None
+    #: of the bad answers, those that failed (the rest were slow): a healthy canary's bad
+    #: answers are the machine's, and this says whether they were errors or a busy moment
+    error_answers: int | None = None
 
 
 def _lane(bench: Bench, lane: int, args: argparse.Namespace, out: list[Outcome]) -> None:
@@ -131,6 +134,7 @@ def _lane(bench: Bench, lane: int, args: argparse.Namespace, out: list[Outcome])
         # the load is not streamed, so TTFT is the answer's latency (4 tokens at 1 ms each)
         o.bad_answers = sum(1 for r in answers if r.error or (
             r.ttft if r.ttft is not None else r.latency) > BREACH_S)
+        o.error_answers = sum(1 for r in answers if r.error)
 
 
 class LateBreak:
