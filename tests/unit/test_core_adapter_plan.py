@@ -11,11 +11,13 @@ time, as the reconciler does, and the tests stop it after every prefix of a plan
 from __future__ import annotations
 
 import random
+import re
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from inference_rollout.api import REVISION_PATTERN
 from inference_rollout.core.adapter_plan import (
     Admit,
     Evict,
@@ -24,6 +26,7 @@ from inference_rollout.core.adapter_plan import (
     UnloadAdapter,
     canary_pods,
     plan,
+    serving_version,
     set_id,
     targets,
 )
@@ -241,3 +244,15 @@ def test_targets_without_a_canary_are_all_stable() -> None:
     assert set(targets(list(steady(3).values()), SETS, S1, None, 50).values()) == {S1}
     assert set_id(V1) == set_id(dict(reversed(list(V1.items()))))  # order-free
     assert set_id(V1) != set_id(V2)
+
+
+def test_a_serving_version_is_the_template_hash_without_adapters_and_distinct_with_them() -> None:
+    template = "0123456789"
+    assert serving_version(template, {}) == template  # a rollout without adapters: no new name
+    ours = {serving_version(template, V1), serving_version(template, V2),
+            serving_version("abcdef0123", V1)}
+    assert len(ours) == 3 and template not in ours
+    for version in ours:
+        assert re.fullmatch(REVISION_PATTERN, version)
+    # the set, not the order it was written in
+    assert serving_version(template, dict(reversed(V1.items()))) == serving_version(template, V1)

@@ -16,11 +16,13 @@ from inference_rollout.api import (
     ANN_ADAPTER_SET_VERIFIED_START,
     LABEL_ADAPTER_SET,
 )
+from inference_rollout.api.spec import PodTemplate
 from inference_rollout.core.adapter_plan import Admit, Evict, LoadAdapter, PodMove, UnloadAdapter
 from inference_rollout.kube import KubeError
 from inference_rollout.paths import ApiPath
 from inference_rollout.workloads.adapter_pods import AdapterPods, ObservedPod, pod_adapters
 from inference_rollout.workloads.lora import PodServer, VLLMAdapters
+from inference_rollout.workloads.revisions import deployment_body, revision_labels, service_body
 
 NOW = datetime(2026, 12, 7, 10, 0, tzinfo=UTC)
 
@@ -130,3 +132,21 @@ def test_an_admit_refused_on_a_changed_pod_is_a_failure_not_an_exception() -> No
     (failure,) = asyncio.run(run())
     assert failure.move == Admit("a", "abcdef0123") and "modified" in failure.reason
     assert kube.patches == []
+
+
+def test_with_adapters_new_pods_start_pending_and_a_sets_service_selects_that_set() -> None:
+    template = PodTemplate.model_validate({"metadata": {"labels": {"team": "a"}}, "spec": {
+        "containers": [{"name": "vllm", "image": "vllm/vllm-openai:v0.12.0",
+                        "ports": [{"name": "http", "containerPort": 8000}]}]}})
+    plain = deployment_body("ns", "chat", "uid", "0123456789", template, 3)
+    assert LABEL_ADAPTER_SET not in plain["spec"]["template"]["metadata"]["labels"]
+    lora = deployment_body("ns", "chat", "uid", "0123456789", template, 3, adapters=True)
+    labels = lora["spec"]["template"]["metadata"]["labels"]
+    assert labels[LABEL_ADAPTER_SET] == "pending" and labels["team"] == "a"
+    # not in the selector: the operator relabels pods the ReplicaSet keeps owning
+    assert LABEL_ADAPTER_SET not in lora["spec"]["selector"]["matchLabels"]
+    assert LABEL_ADAPTER_SET not in service_body("ns", "chat", "uid", "0123456789",
+                                                 8000)["spec"]["selector"]
+    svc = service_body("ns", "chat", "uid", "0123456789", 8000, adapter_set="abcdef0123")
+    assert svc["spec"]["selector"] == {**revision_labels("chat", "0123456789"),
+                                       LABEL_ADAPTER_SET: "abcdef0123"}

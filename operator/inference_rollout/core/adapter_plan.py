@@ -51,6 +51,17 @@ def set_id(adapters: AdapterSources) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()[:HASH_LENGTH]
 
 
+def serving_version(template_hash: str, adapters: AdapterSources) -> str:
+    """What the route, the Services, the status and the analysis name (docs/adapters.md): the
+    template hash itself without adapters (every name a rollout without adapters has today is
+    unchanged), else a hash of the template hash and the adapter set, in the same ten hex
+    characters, so a status that holds it passes the revision pattern."""
+    if not adapters:
+        return template_hash
+    both = f"{template_hash}\n{set_id(adapters)}"
+    return hashlib.sha256(both.encode()).hexdigest()[:HASH_LENGTH]
+
+
 @dataclass(frozen=True)
 class PodAdapters:
     """One running pod of the revision, as observed."""

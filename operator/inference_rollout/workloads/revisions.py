@@ -13,8 +13,10 @@ import copy
 from typing import Any
 
 from ..api import (
+    ADAPTER_SET_PENDING,
     API_VERSION,
     KIND,
+    LABEL_ADAPTER_SET,
     LABEL_MANAGED_BY,
     LABEL_REVISION,
     LABEL_ROLLOUT,
@@ -54,10 +56,16 @@ def revision_metadata(namespace: str, rollout: str, uid: str, revision: str) -> 
 
 
 def deployment_body(namespace: str, rollout: str, uid: str, revision: str,
-                    template: PodTemplate, replicas: int) -> dict[str, Any]:
+                    template: PodTemplate, replicas: int,
+                    adapters: bool = False) -> dict[str, Any]:
+    """``adapters``: the rollout serves LoRA adapters, so every new pod starts labelled
+    ``pending`` (no Service selects it) until the operator has loaded its set and admitted it
+    (docs/adapters.md).  The label is not in the selector: relabelling a pod keeps it the
+    ReplicaSet's."""
     labels = revision_labels(rollout, revision)
     pod_meta = copy.deepcopy(template.metadata)
-    pod_meta["labels"] = {**pod_meta.get("labels", {}), **labels}
+    pending = {LABEL_ADAPTER_SET: ADAPTER_SET_PENDING} if adapters else {}
+    pod_meta["labels"] = {**pod_meta.get("labels", {}), **labels, **pending}
     return {
         "apiVersion": "apps/v1", "kind": "Deployment",
         "metadata": revision_metadata(namespace, rollout, uid, revision),
@@ -72,12 +80,15 @@ def deployment_body(namespace: str, rollout: str, uid: str, revision: str,
 
 
 def service_body(namespace: str, rollout: str, uid: str, revision: str,
-                 port: int) -> dict[str, Any]:
+                 port: int, adapter_set: str | None = None) -> dict[str, Any]:
+    """``adapter_set``: the Service selects only the revision's pods admitted to that set (a
+    pod being moved, or new, is in no Service's endpoints)."""
     labels = revision_labels(rollout, revision)
+    selector = {**labels, LABEL_ADAPTER_SET: adapter_set} if adapter_set else labels
     return {
         "apiVersion": "v1", "kind": "Service",
         "metadata": revision_metadata(namespace, rollout, uid, revision),
-        "spec": {"selector": labels,
+        "spec": {"selector": selector,
                  "ports": [{"name": "http", "port": port, "targetPort": port}]},
     }
 
