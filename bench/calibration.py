@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import threading
 import time
 from dataclasses import asdict, dataclass
@@ -46,6 +47,10 @@ SCENARIOS: dict[str, dict[str, Any]] = {"healthy": {}, "gross": {"ttft_ms": 2000
                                         "errors5": {"failure_rate": 5}, "late": {}}
 BREACH_S = 0.45  # ttftP99 300ms × 1.5
 REPLICAS = 2  # sandbox_rollout's default: each lane's stable and canary have this many pods
+#: A release whose answers its lane has not counted yet (a checkpoint of a run still going)
+NOT_COUNTED = -1
+#: Seconds between checkpoints of a running calibration (``--json`` rewritten, ``partial``)
+CHECKPOINT_S = 60.0
 #: ``late``: the canary's pods turn gross ``--late-after`` s after its route weight reaches this
 LATE_WEIGHT, LATE_TTFT_MS = 50, 2000
 
@@ -66,6 +71,7 @@ class Outcome:
     outcome: str  # promoted | rolled back | none
     seconds: float  # from the template change to the outcome
     to_stable: float | None  # rolled back: until the route was all on stable
+    #: counted at the gateway when the lane ends; NOT_COUNTED in a checkpoint written before
     canary_answers: int
     bad_answers: int
     broke_at: float | None = None  # late: seconds from the template change to the breakage
@@ -107,16 +113,17 @@ def _lane(bench: Bench, lane: int, args: argparse.Namespace, out: list[Outcome])
             decided = time.time()
             broke_at = breaker.stop() if breaker else None
             if st.get("stableRevision") == canary:
-                o = Outcome(lane, scenario, canary, "promoted", decided - began, None, 0, 0)
+                o = Outcome(lane, scenario, canary, "promoted", decided - began, None,
+                            NOT_COUNTED, NOT_COUNTED)
                 stable = canary
             elif st.get("aborted"):
                 route_back = _wait_route(rel, stable)
                 o = Outcome(lane, scenario, canary, "rolled back", decided - began,
-                            route_back - began if route_back else None, 0, 0,
-                            reason=st.get("message"))
+                            route_back - began if route_back else None, NOT_COUNTED,
+                            NOT_COUNTED, reason=st.get("message"))
             else:
-                o = Outcome(lane, scenario, canary, "none", decided - began, None, 0, 0,
-                            reason=rel.status().get("message"))
+                o = Outcome(lane, scenario, canary, "none", decided - began, None,
+                            NOT_COUNTED, NOT_COUNTED, reason=rel.status().get("message"))
             if breaker is not None and broke_at is not None:
                 o.broke_at = broke_at - began
                 if o.outcome == "promoted":  # a missed breakage: heal the new stable's pods
@@ -225,7 +232,7 @@ def table(outcomes: list[Outcome], rates: dict[int, float] | None = None) -> str
             lo, hi = wilson(k, n)
             cells.append(f"{k} ({100 * lo:.0f}–{100 * hi:.0f} %)")
         secs = [o.seconds for o in rows]
-        bad = [float(o.bad_answers) for o in rows]
+        bad = [float(o.bad_answers) for o in rows if o.bad_answers != NOT_COUNTED]
         back = [o.to_stable for o in rows if o.outcome == "rolled back" and o.to_stable]
         back_text = (f"{percentile(back, 50):.0f} s / {max(back):.0f} s" if back else "-")
         late = [o.to_stable - o.broke_at for o in rows if o.outcome == "rolled back"
@@ -234,7 +241,8 @@ def table(outcomes: list[Outcome], rates: dict[int, float] | None = None) -> str
         lines.append(f"| {'-' if math.isnan(rate) else f'{rate:g}'} | {name} | {n} | "
                      f"{' | '.join(cells)} | {sum(o.outcome == 'none' for o in rows)} | "
                      f"{percentile(secs, 50):.0f} s / {max(secs):.0f} s | "
-                     f"{percentile(bad, 50):.0f} / {max(bad):.0f} | {back_text} | {late_text} |")
+                     f"{f'{percentile(bad, 50):.0f} / {max(bad):.0f}' if bad else '-'} | "
+                     f"{back_text} | {late_text} |")
     return "\n".join(lines)
 
 
@@ -284,20 +292,34 @@ def main(argv: list[str] | None = None) -> int:
     outcomes: list[Outcome] = []
     lanes = [threading.Thread(target=_lane, args=(bench, i, args, outcomes), daemon=True)
              for i in range(args.lanes)]
+    path = args.json or str(RESULTS / f"calibration-{bench.tag}.json")
     try:
         for t in lanes:
             t.start()
-        for t in lanes:
-            t.join()
+        # A long run (hours at 0.2 req/s) may be cut short: every finished release is on disk
+        # within CHECKPOINT_S, its answers NOT_COUNTED until its lane ends.
+        due = time.monotonic() + CHECKPOINT_S
+        while any(t.is_alive() for t in lanes):
+            for t in lanes:
+                t.join(max(0.0, due - time.monotonic()))
+            if time.monotonic() >= due:
+                _save(path, bench, outcomes, partial=True)
+                due += CHECKPOINT_S
     finally:
         bench.finish()
+    _save(path, bench, outcomes, partial=False)
     print(table(outcomes))
-    path = args.json or str(RESULTS / f"calibration-{bench.tag}.json")
-    with open(path, "w") as f:
-        json.dump({**bench.info, "seconds": bench.elapsed(),
-                   "releases": [asdict(o) for o in outcomes]}, f, indent=1)
     print(f"({bench.elapsed():.0f} s; {path})")
     return 0
+
+
+def _save(path: str, bench: Bench, outcomes: list[Outcome], partial: bool) -> None:
+    """The run's JSON, replaced whole (written beside it, then renamed: never half a file)."""
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        json.dump({**bench.info, "seconds": bench.elapsed(), "partial": partial,
+                   "releases": [asdict(o) for o in list(outcomes)]}, f, indent=1)
+    os.replace(tmp, path)
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from bench import doc_tables
@@ -76,6 +77,30 @@ def test_the_calibration_table_times_a_late_breakage_from_the_break() -> None:
     assert line.startswith("| - | late | 3 | 1 (") and "| 9 / 30 |" in line
     # nearest-rank medians (the lower of two): 80 − 72.5 and 83 − 75
     assert line.endswith("| 80 s / 83 s | 7.5 s / 8.0 s |")
+
+
+def test_a_checkpoint_keeps_finished_releases_and_counts_no_answers_it_has_not_seen(
+        tmp_path: Path) -> None:
+    """A run cut short (a long 0.2 req/s run, a session's end) keeps every release it finished:
+    the checkpoint's outcomes count, its answers not yet counted do not enter the medians."""
+    from bench import calibration
+    uncounted = calibration.NOT_COUNTED
+    rows = [calibration.Outcome(0, "healthy", "r1", "promoted", 300.0, None, 40, 2),
+            calibration.Outcome(1, "healthy", "r2", "promoted", 310.0, None, uncounted,
+                                uncounted),
+            calibration.Outcome(0, "gross", "r3", "rolled back", 40.0, 40.0, uncounted,
+                                uncounted)]
+    healthy, gross = calibration.table(rows).splitlines()[2:]
+    assert healthy.startswith("| - | healthy | 2 | 2 (") and "| 2 / 2 |" in healthy
+    assert gross.startswith("| - | gross | 1 | 0 (") and "| - | 40 s / 40 s |" in gross
+
+    run = SimpleNamespace(info={"namespace": "ns", "args": {"rate": 4.0}}, elapsed=lambda: 12.5)
+    path = tmp_path / "run.json"
+    calibration._save(str(path), run, rows, partial=True)
+    kept = json.loads(path.read_text())
+    assert kept["partial"] is True and len(kept["releases"]) == 3
+    assert not (tmp_path / "run.json.tmp").exists()
+    assert "| 0.2 | gross | 1 |" in calibration.report([str(path)])
 
 
 def test_the_sandbox_is_checked_against_the_simulation_and_a_disagreement_is_named() -> None:
