@@ -57,3 +57,41 @@ def test_a_release_with_a_lint_error_gets_valid_false_and_no_traffic(
     st = rel.wait(lambda s: condition(s, "Valid").get("status") == "True"
                   and bool(s.get("canaryRevision")), 60, "Valid=True and a canary")
     assert st["stableRevision"] == v1
+
+
+def test_a_spec_naming_adapters_is_refused_whole_until_adapter_releases_are_carried_out(
+        cluster: Cluster, operator_process: OperatorProcess, namespace: str) -> None:
+    """spec.adapters is in the API (its schema and CEL rules admit this one) but the reconciler
+    does not carry adapter releases yet (docs/adapters.md): the operator says so on the Valid
+    condition and changes nothing, and taking the field out again restores the rollout."""
+    # Given a rollout Healthy on v1
+    rel = Release(cluster, operator_process, namespace,
+                  sandbox_rollout("lora", prometheus=cluster.env["PROMETHEUS_URL"]))
+    rel.apply()
+    v1 = rel.wait_healthy()["stableRevision"]
+    deployments = cluster.deployments(namespace)
+
+    # When an adapter is added, and nothing else
+    with_adapter = copy.deepcopy(rel.manifest)
+    with_adapter["spec"]["adapters"] = [{"name": "support", "source": "/adapters/support/v1"}]
+    rel.apply(with_adapter)
+
+    # Then Valid is False with the message that says what to do, and nothing moves
+    st = rel.wait(lambda s: condition(s, "Valid").get("status") == "False", 60, "Valid=False")
+    assert "adapter releases are designed (docs/adapters.md) but not yet carried out" in (
+        condition(st, "Valid")["message"]), st
+    until = time.monotonic() + 10
+    while time.monotonic() < until:
+        st = rel.status()
+        assert not st.get("canaryRevision") and st.get("stableRevision") == v1, st
+        assert {rev: w for rev, w in rel.route().items() if w} == {v1: 100}, rel.route()
+        time.sleep(1)
+    assert cluster.deployments(namespace) == deployments  # no pod was started or stopped
+
+    # When the adapter is taken out again, the rollout is valid and Healthy on v1
+    without = copy.deepcopy(with_adapter)
+    del without["spec"]["adapters"]
+    rel.apply(without)
+    st = rel.wait(lambda s: condition(s, "Valid").get("status") == "True"
+                  and s.get("phase") == "Healthy", 60, "Valid=True and Healthy")
+    assert st["stableRevision"] == v1 and not st.get("canaryRevision")
