@@ -92,3 +92,19 @@ def test_an_invalid_manifest_is_rejected_naming_the_field(
     assert message in err.value.body, f"{case}: {err.value.body}"
     stored = crd_cluster.custom.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)
     assert stored["items"] == []  # nothing half-applied
+
+
+def test_the_scale_subresource_cannot_take_a_rollout_with_adapters_below_two(
+        crd_cluster: Cluster, namespace: str) -> None:
+    """An autoscaler writes spec.replicas through /scale: the CEL rule holds there too, so an
+    adapter release always has two pods to split (docs/api.md)."""
+    crd_cluster.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL,
+                                                       _adapters_on(replicas=2))
+    name = VALID["metadata"]["name"]
+    with pytest.raises(ApiException) as err:
+        crd_cluster.custom.patch_namespaced_custom_object_scale(
+            GROUP, VERSION, namespace, PLURAL, name, {"spec": {"replicas": 1}})
+    assert err.value.status == 422 and "needs at least 2" in err.value.body, err.value.body
+    stored = crd_cluster.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL,
+                                                             name)
+    assert stored["spec"]["replicas"] == 2
