@@ -256,3 +256,15 @@ def test_a_serving_version_is_the_template_hash_without_adapters_and_distinct_wi
         assert re.fullmatch(REVISION_PATTERN, version)
     # the set, not the order it was written in
     assert serving_version(template, dict(reversed(V1.items()))) == serving_version(template, V1)
+
+
+def test_the_planners_canary_count_is_a_template_releases_kept_one_pod_short_of_all() -> None:
+    """docs/adapters.md (the wiring): below 100 % an adapter release's canary has the pods a
+    template release's would (capacity.pods_for_weight), but out of the same fleet, so at most
+    all but one (the stable keeps a pod); at 100 % (promotion) every pod."""
+    from inference_rollout.core.capacity import pods_for_weight
+    for replicas in range(2, 12):
+        for weight in range(1, 100):
+            assert canary_pods(replicas, weight) == min(pods_for_weight(replicas, weight),
+                                                        replicas - 1)
+        assert canary_pods(replicas, 100) == replicas

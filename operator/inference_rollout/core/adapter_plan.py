@@ -34,12 +34,12 @@ admitted.
 from __future__ import annotations
 
 import hashlib
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
 from ..api import HASH_LENGTH
+from .capacity import pods_for_weight
 
 #: Adapter name → the source (path or URI) vLLM loads it from.
 AdapterSources = Mapping[str, str]
@@ -143,7 +143,7 @@ def canary_pods(pods: int, weight: int) -> int:
         return pods
     if weight <= 0 or pods < 2:
         return 0
-    return max(1, min(pods - 1, math.ceil(pods * weight / 100)))
+    return min(pods - 1, pods_for_weight(pods, weight))  # a template release's count, capped
 
 
 def targets(pods: Sequence[PodAdapters], sets: Mapping[str, AdapterSources], stable: str,
