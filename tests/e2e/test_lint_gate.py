@@ -25,6 +25,17 @@ def condition(status: dict[str, Any], kind: str) -> dict[str, Any]:
     return next((c for c in status.get("conditions") or [] if c.get("type") == kind), {})
 
 
+def stays_on(rel: Release, stable: str, seconds: float) -> None:
+    """For ``seconds``, looking every second: no canary is started, ``stable`` stays the stable
+    revision and has all the route's traffic."""
+    until = time.monotonic() + seconds
+    while time.monotonic() < until:
+        st = rel.status()
+        assert not st.get("canaryRevision") and st.get("stableRevision") == stable, st
+        assert {rev: w for rev, w in rel.route().items() if w} == {stable: 100}, rel.route()
+        time.sleep(1)
+
+
 def test_a_release_with_a_lint_error_gets_valid_false_and_no_traffic(
         cluster: Cluster, operator_process: OperatorProcess, namespace: str) -> None:
     # Given a rollout Healthy on v1
@@ -44,12 +55,7 @@ def test_a_release_with_a_lint_error_gets_valid_false_and_no_traffic(
     assert valid["reason"] == "InvalidSpec", valid
     assert "ARGS-INVALID" in valid["message"] and "--kv-cache-dtype" in valid["message"], valid
     # and for 15 s no canary is started and only v1 has traffic
-    until = time.monotonic() + 15
-    while time.monotonic() < until:
-        st = rel.status()
-        assert not st.get("canaryRevision") and st.get("stableRevision") == v1, st
-        assert {rev: w for rev, w in rel.route().items() if w} == {v1: 100}, rel.route()
-        time.sleep(1)
+    stays_on(rel, v1, seconds=15)
 
     # When the error is fixed, the release starts: Valid again, a canary revision
     fixed = with_template(copy.deepcopy(good), version="v3")
@@ -80,12 +86,7 @@ def test_a_spec_naming_adapters_is_refused_whole_until_adapter_releases_are_carr
     st = rel.wait(lambda s: condition(s, "Valid").get("status") == "False", 60, "Valid=False")
     assert "adapter releases are designed (docs/adapters.md) but not yet carried out" in (
         condition(st, "Valid")["message"]), st
-    until = time.monotonic() + 10
-    while time.monotonic() < until:
-        st = rel.status()
-        assert not st.get("canaryRevision") and st.get("stableRevision") == v1, st
-        assert {rev: w for rev, w in rel.route().items() if w} == {v1: 100}, rel.route()
-        time.sleep(1)
+    stays_on(rel, v1, seconds=10)
     assert cluster.deployments(namespace) == deployments  # no pod was started or stopped
 
     # When the adapter is taken out again, the rollout is valid and Healthy on v1
