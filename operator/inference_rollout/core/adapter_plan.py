@@ -33,13 +33,12 @@ admitted.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from ..api import HASH_LENGTH
 from .capacity import pods_for_weight
+from .revision import short_hash
 
 #: Adapter name → the source (path or URI) vLLM loads it from.
 AdapterSources = Mapping[str, str]
@@ -47,8 +46,7 @@ AdapterSources = Mapping[str, str]
 
 def set_id(adapters: AdapterSources) -> str:
     """A set of adapter versions' name: a label value, like a revision's hash."""
-    canonical = "\n".join(f"{name}={adapters[name]}" for name in sorted(adapters))
-    return hashlib.sha256(canonical.encode()).hexdigest()[:HASH_LENGTH]
+    return short_hash("\n".join(f"{name}={adapters[name]}" for name in sorted(adapters)))
 
 
 def serving_version(template_hash: str, adapters: AdapterSources) -> str:
@@ -58,8 +56,7 @@ def serving_version(template_hash: str, adapters: AdapterSources) -> str:
     characters, so a status that holds it passes the revision pattern."""
     if not adapters:
         return template_hash
-    both = f"{template_hash}\n{set_id(adapters)}"
-    return hashlib.sha256(both.encode()).hexdigest()[:HASH_LENGTH]
+    return short_hash(f"{template_hash}\n{set_id(adapters)}")
 
 
 @dataclass(frozen=True)

@@ -13,12 +13,17 @@ from typing import Any
 
 from ..api import HASH_LENGTH, MAX_ROLLOUT_NAME
 
-__all__ = ["HASH_LENGTH", "MAX_ROLLOUT_NAME", "revision_name", "template_hash"]
+__all__ = ["HASH_LENGTH", "MAX_ROLLOUT_NAME", "revision_name", "short_hash", "template_hash"]
+
+
+def short_hash(canonical: str) -> str:
+    """The operator's names for content (a revision, an adapter set, a serving version): the
+    first HASH_LENGTH hex characters of its canonical text's SHA-256."""
+    return hashlib.sha256(canonical.encode()).hexdigest()[:HASH_LENGTH]
 
 
 def template_hash(template: dict[str, Any]) -> str:
-    canonical = json.dumps(template, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(canonical.encode()).hexdigest()[:HASH_LENGTH]
+    return short_hash(json.dumps(template, sort_keys=True, separators=(",", ":"), default=str))
 
 
 def revision_name(rollout: str, revision: str) -> str:
