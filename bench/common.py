@@ -54,6 +54,7 @@ for _p in (OPERATOR_SRC, ROOT / "sandbox"):
     if str(_p) not in sys.path:
         sys.path.insert(0, str(_p))
 
+from inference_rollout.core.cost import GPU_RESOURCE  # noqa: E402
 from irsandbox.cluster import (  # noqa: E402
     GROUP,
     HTTPROUTE,
@@ -126,21 +127,18 @@ class Bench:
         return cleanup_namespace(self.cluster, self.ns, self.op, **cleanup)
 
 
-GPU = "nvidia.com/gpu"
-
-
 def free_gpus(cluster: Cluster) -> int:
     """GPUs no running or pending pod requests, over the sandbox's nodes: what a benchmark's
     lanes may take.  A lane that cannot get its canary's pods waits past its progress deadline
     and is rolled back for it, which a verdict benchmark would count as a false rollback."""
-    total = sum(int((n.status.allocatable or {}).get(GPU, 0))
+    total = sum(int((n.status.allocatable or {}).get(GPU_RESOURCE, 0))
                 for n in cluster.core.list_node().items)
     used = 0
     for pod in cluster.core.list_pod_for_all_namespaces().items:
         if pod.status.phase in ("Succeeded", "Failed"):
             continue
         for c in pod.spec.containers:
-            used += int(((c.resources and c.resources.requests) or {}).get(GPU, 0))
+            used += int(((c.resources and c.resources.requests) or {}).get(GPU_RESOURCE, 0))
     return total - used
 
 
