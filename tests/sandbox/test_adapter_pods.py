@@ -20,7 +20,8 @@ import httpx
 import pytest
 
 from inference_rollout.api import ADAPTER_SET_PENDING, LABEL_ADAPTER_SET
-from inference_rollout.core.adapter_plan import canary_pods, plan, set_id
+from inference_rollout.core.adapter_plan import plan, set_id
+from inference_rollout.core.capacity import in_place_canary_pods
 from inference_rollout.kube import Kube, load_configuration
 from inference_rollout.workloads.adapter_pods import AdapterPods
 from inference_rollout.workloads.lora import VLLMAdapters
@@ -96,7 +97,8 @@ async def drive(pods: AdapterPods, fleet: Fleet, canary: str | None, weight: int
     while time.monotonic() < deadline:
         observed = await pods.observe(SELECTOR, PORT)
         now = datetime.now(UTC)
-        pl = plan([o.adapters for o in observed.values()], SETS, S1, canary, weight, now, DRAIN)
+        pl = plan([o.adapters for o in observed.values()], SETS, S1, canary,
+                  in_place_canary_pods(PODS, weight), now, DRAIN)
         if not pl.moves and pl.wake_in is None and sum(pl.in_place.values()) == PODS:
             return dict(pl.in_place)
         for move in pl.moves:
@@ -130,8 +132,8 @@ def test_the_planner_moves_real_pods_between_adapter_sets_without_a_restart(kit,
             await kube.close()
 
     steps = asyncio.run(scenario())
-    assert steps == [{S1: PODS}, {S2: canary_pods(PODS, 20), S1: PODS - canary_pods(PODS, 20)},
-                     {S2: canary_pods(PODS, 50), S1: PODS - canary_pods(PODS, 50)}, {S1: PODS}]
+    k20, k50 = in_place_canary_pods(PODS, 20), in_place_canary_pods(PODS, 50)
+    assert steps == [{S1: PODS}, {S2: k20, S1: PODS - k20}, {S2: k50, S1: PODS - k50}, {S1: PODS}]
     time.sleep(1)
     assert fleet.check_promise() == {S1: PODS, S2: 0}
     assert fleet.identities() == before  # the same pods, never restarted

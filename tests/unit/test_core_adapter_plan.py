@@ -24,12 +24,12 @@ from inference_rollout.core.adapter_plan import (
     LoadAdapter,
     PodAdapters,
     UnloadAdapter,
-    canary_pods,
     plan,
     serving_version,
     set_id,
     targets,
 )
+from inference_rollout.core.capacity import in_place_canary_pods
 
 T0 = datetime(2026, 12, 7, tzinfo=UTC)
 DRAIN = 5.0
@@ -96,11 +96,13 @@ class World:
         return out
 
     def run(self, canary: str | None, weight: int, rounds: int = 60,
-            cut: random.Random | None = None) -> int:
-        """Plan and apply until nothing is left to do; ``cut``: apply only a random prefix of
-        each plan (a crash), checking the promise after every move.  Returns the plans made."""
+            cut: random.Random | None = None, stable: str = S1) -> int:
+        """Plan and apply until nothing is left to do, with the canary count the decision sizes
+        for ``weight``; ``cut``: apply only a random prefix of each plan (a crash), checking the
+        promise after every move.  Returns the plans made."""
+        count = in_place_canary_pods(len(self.pods), weight)
         for i in range(rounds):
-            pl = plan(list(self.pods.values()), SETS, S1, canary, weight, self.now, DRAIN)
+            pl = plan(list(self.pods.values()), SETS, stable, canary, count, self.now, DRAIN)
             if not pl.moves and pl.wake_in is None:
                 return i
             moves = list(pl.moves)
@@ -113,38 +115,31 @@ class World:
         raise AssertionError(f"no convergence in {rounds} plans: {self.pods}")
 
 
-@pytest.mark.parametrize(("pods", "weight", "expected"), [
-    (4, 0, 0), (4, 5, 1), (4, 20, 1), (4, 50, 2), (4, 99, 3), (4, 100, 4), (1, 50, 0),
-    (10, 5, 1), (10, 20, 2), (10, 55, 6), (0, 50, 0)])
-def test_canary_pods_are_the_weights_share_rounded_up_and_stable_keeps_one(
-        pods: int, weight: int, expected: int) -> None:
-    assert canary_pods(pods, weight) == expected
-
-
 def test_a_step_moves_one_pod_at_a_time_out_drained_loaded_then_admitted() -> None:
     w = World(steady(4))
-    first = plan(list(w.pods.values()), SETS, S1, S2, 50, w.now, DRAIN)
+    first = plan(list(w.pods.values()), SETS, S1, S2, 2, w.now, DRAIN)
     assert first.targets == {"pod-0": S2, "pod-1": S2, "pod-2": S1, "pod-3": S1}
     assert first.moves == (Evict("pod-0"),)  # one at a time: pod-1 waits for pod-0
     w.apply(Evict("pod-0"))
-    waiting = plan(list(w.pods.values()), SETS, S1, S2, 50, w.now + timedelta(seconds=2), DRAIN)
+    waiting = plan(list(w.pods.values()), SETS, S1, S2, 2, w.now + timedelta(seconds=2), DRAIN)
     assert waiting.moves == () and waiting.wake_in == pytest.approx(3.0)  # still draining
     w.now += timedelta(seconds=DRAIN)
-    load = plan(list(w.pods.values()), SETS, S1, S2, 50, w.now, DRAIN)
+    load = plan(list(w.pods.values()), SETS, S1, S2, 2, w.now, DRAIN)
     assert load.moves == (LoadAdapter("pod-0", "support", V2["support"]),)  # code is unchanged
     w.apply(load.moves[0])
-    assert plan(list(w.pods.values()), SETS, S1, S2, 50, w.now, DRAIN).moves == (
+    assert plan(list(w.pods.values()), SETS, S1, S2, 2, w.now, DRAIN).moves == (
         Admit("pod-0", S2, STARTED),)  # with the container start /v1/models was read on
     w.run(S2, 50)
     assert w.counts() == {S2: 2, S1: 2}
 
 
-@pytest.mark.parametrize("weight", [5, 20, 50, 100])
-def test_each_step_converges_on_its_pod_counts(weight: int) -> None:
+@pytest.mark.parametrize(("weight", "k"), [(5, 1), (20, 1), (50, 3), (100, 4)])
+def test_each_step_converges_on_its_pod_counts_and_promotion_on_all(weight: int, k: int) -> None:
     w = World(steady(5))
     w.run(S2, weight)
-    k = canary_pods(5, weight)
-    assert w.counts() == {k_: v for k_, v in {S2: k, S1: 5 - k}.items() if v}
+    assert w.counts() == {S2: k, S1: 5 - k}  # the stable set keeps a pod, also at 100 %
+    w.run(None, 0, stable=S2)  # promoted: the new set is the stable one
+    assert w.counts() == {S2: 5}
 
 
 def test_rollback_returns_every_pod_to_the_stable_set_and_unloads_what_it_added() -> None:
@@ -152,7 +147,7 @@ def test_rollback_returns_every_pod_to_the_stable_set_and_unloads_what_it_added(
     sets = {S1: V1, set_id(extra): extra}
     w = World(steady(3))
     for _ in range(40):  # to 50 % of the pods on a set that adds an adapter
-        pl = plan(list(w.pods.values()), sets, S1, set_id(extra), 50, w.now, DRAIN)
+        pl = plan(list(w.pods.values()), sets, S1, set_id(extra), 2, w.now, DRAIN)
         for m in pl.moves:
             w.apply(m)
         w.now += timedelta(seconds=DRAIN)
@@ -168,12 +163,17 @@ def test_rollback_returns_every_pod_to_the_stable_set_and_unloads_what_it_added(
 def test_a_plan_cut_short_anywhere_never_admits_a_pod_that_serves_another_version() -> None:
     rng = random.Random(7)
     for _trial in range(300):
-        w = World(steady(rng.randint(1, 6)))
+        n = rng.randint(1, 6)
+        w = World(steady(n))
         for weight in (5, 20, 50, 100):
             w.run(S2, weight, rounds=200, cut=rng)
-        assert w.counts() == {S2: len(w.pods)}
+        assert w.counts() == {k: v for k, v in {S2: n - 1, S1: 1}.items() if v}
         w.run(None, 0, rounds=200, cut=rng)  # and back, as a rollback does
-        assert w.counts() == {S1: len(w.pods)}
+        assert w.counts() == {S1: n}
+        for weight in (5, 100):
+            w.run(S2, weight, rounds=200, cut=rng)
+        w.run(None, 0, rounds=200, cut=rng, stable=S2)  # or on, as a promotion does
+        assert w.counts() == {S2: n}
 
 
 def test_a_restarted_container_is_taken_out_and_loaded_again() -> None:
@@ -183,7 +183,7 @@ def test_a_restarted_container_is_taken_out_and_loaded_again() -> None:
     w.now += timedelta(seconds=30)
     w.restart(canary)
     w.check()  # in the endpoints with no adapter: 404 for the name, never another version
-    pl = plan(list(w.pods.values()), SETS, S1, S2, 50, w.now, DRAIN)
+    pl = plan(list(w.pods.values()), SETS, S1, S2, 2, w.now, DRAIN)
     assert Evict(canary) in pl.moves
     w.run(S2, 50)
     assert w.counts() == {S2: 2, S1: 1}
@@ -195,18 +195,18 @@ def test_a_restart_between_the_read_and_the_admit_leaves_the_label_stale() -> No
     pod out, where a label stamped with the time of writing would have looked fresh."""
     w = World(steady(3))
     w.now += timedelta(seconds=1)
-    pl = plan(list(w.pods.values()), SETS, S1, S2, 50, w.now, DRAIN)
+    pl = plan(list(w.pods.values()), SETS, S1, S2, 2, w.now, DRAIN)
     while not any(isinstance(m, Admit) for m in pl.moves):
         for m in pl.moves:
             w.apply(m)
         w.now += timedelta(seconds=pl.wake_in or 1)
-        pl = plan(list(w.pods.values()), SETS, S1, S2, 50, w.now, DRAIN)
+        pl = plan(list(w.pods.values()), SETS, S1, S2, 2, w.now, DRAIN)
     admit = next(m for m in pl.moves if isinstance(m, Admit))
     w.restart(admit.pod)  # after the read, before the write
     w.now += timedelta(seconds=1)
     w.apply(admit)
     assert w.pods[admit.pod].stale
-    assert Evict(admit.pod) in plan(list(w.pods.values()), SETS, S1, S2, 50, w.now, DRAIN).moves
+    assert Evict(admit.pod) in plan(list(w.pods.values()), SETS, S1, S2, 2, w.now, DRAIN).moves
     w.run(S2, 50)
     assert w.counts() == {S2: 2, S1: 1}
 
@@ -221,6 +221,8 @@ def test_restarts_at_random_moments_keep_the_promise() -> None:
                 w.check()
                 w.now += timedelta(seconds=1)
             w.run(S2, weight, rounds=200, cut=rng)
+        assert w.counts() == {S2: 3, S1: 1}
+        w.run(None, 0, rounds=200, cut=rng, stable=S2)
         assert w.counts() == {S2: 4}
 
 
@@ -236,7 +238,7 @@ def test_pods_already_on_the_canary_stay_there_as_the_weight_grows() -> None:
 def test_a_pod_that_cannot_be_read_is_left_alone() -> None:
     pods = steady(2)
     pods["pod-1"] = replace(pods["pod-1"], loaded=None)
-    pl = plan(list(pods.values()), SETS, S1, S2, 50, T0, DRAIN)
+    pl = plan(list(pods.values()), SETS, S1, S2, 1, T0, DRAIN)
     assert all(m.pod != "pod-1" for m in pl.moves)
 
 
@@ -256,15 +258,3 @@ def test_a_serving_version_is_the_template_hash_without_adapters_and_distinct_wi
         assert re.fullmatch(REVISION_PATTERN, version)
     # the set, not the order it was written in
     assert serving_version(template, dict(reversed(V1.items()))) == serving_version(template, V1)
-
-
-def test_the_planners_canary_count_is_a_template_releases_kept_one_pod_short_of_all() -> None:
-    """docs/adapters.md (the wiring): below 100 % an adapter release's canary has the pods a
-    template release's would (capacity.pods_for_weight), but out of the same fleet, so at most
-    all but one (the stable keeps a pod); at 100 % (promotion) every pod."""
-    from inference_rollout.core.capacity import pods_for_weight
-    for replicas in range(2, 12):
-        for weight in range(1, 100):
-            assert canary_pods(replicas, weight) == min(pods_for_weight(replicas, weight),
-                                                        replicas - 1)
-        assert canary_pods(replicas, 100) == replicas

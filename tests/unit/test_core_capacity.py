@@ -194,3 +194,50 @@ def test_a_swap_canary_fits_the_quota_beside_the_stables_last_pod(
     assert counts.stable + counts.canary <= replicas + max_surge
     ready = cap.release_pod_counts(s, step, canary_ready=target, stable_desired_now=1)
     assert cap.ready_enough(s, step, ready.canary)
+
+
+# --- in place: an adapter release moves the fleet's own pods (docs/adapters.md) -----------------
+
+
+@pytest.mark.parametrize(("replicas", "weight", "pods"), [
+    (4, 0, 0), (4, 5, 1), (4, 20, 1), (4, 50, 2), (4, 99, 3), (4, 100, 3), (1, 50, 0),
+    (1, 100, 0), (2, 100, 1), (10, 5, 1), (10, 20, 2), (10, 55, 6), (0, 50, 0)])
+def test_in_place_canary_pods_are_the_weights_share_and_the_stable_keeps_one(
+        replicas: int, weight: int, pods: int) -> None:
+    assert cap.in_place_canary_pods(replicas, weight) == pods
+
+
+@pytest.mark.parametrize("replicas", range(2, 12))
+def test_in_place_is_a_template_releases_count_kept_one_pod_short_of_the_fleet(
+        replicas: int) -> None:
+    """The same pods a template release's canary would get, out of the same fleet: at most all
+    but one, also at 100 % (a rollback's write must find a pod of the stable set)."""
+    for weight in range(1, 101):
+        assert cap.in_place_canary_pods(replicas, weight) == min(
+            cap.pods_for_weight(replicas, weight), replicas - 1)
+
+
+@pytest.mark.parametrize("mode", ["surge", "swap"])
+@pytest.mark.parametrize("replicas", [2, 3, 4, 7])
+def test_in_place_counts_add_no_pod_and_ready_enough_is_the_moved_count(
+        mode: str, replicas: int) -> None:
+    s = spec(replicas, mode)
+    for weight in range(1, 101):
+        step = Step(weight=weight)
+        need = cap.in_place_canary_pods(replicas, weight)
+        assert cap.canary_target(s, step, in_place=True) == need
+        # The stable's Deployment keeps the fleet; nothing is added, in either mode.
+        assert cap.release_pod_counts(s, step, need, replicas, in_place=True) == cap.PodCounts(
+            stable=replicas, canary=need)
+        assert cap.ready_enough(s, step, need, in_place=True)
+        assert cap.carried_weight(s, step, need, weight, in_place=True) == weight
+        assert not cap.ready_enough(s, step, need - 1, in_place=True)
+        assert cap.carried_weight(s, step, need - 1, weight, in_place=True) < weight
+
+
+def test_in_place_ignores_overdrive_there_is_no_pod_to_add() -> None:
+    s = spec(4)
+    step = Step(weight=5, replicas=3)
+    assert cap.canary_target(s, step) == 3
+    assert cap.canary_target(s, step, in_place=True) == 1
+    assert cap.carried_weight(s, step, 1, 5, in_place=True) == 5

@@ -37,7 +37,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from .capacity import pods_for_weight
 from .revision import short_hash
 
 #: Adapter name → the source (path or URI) vLLM loads it from.
@@ -131,25 +130,15 @@ class AdapterPlan:
     wake_in: float | None
 
 
-def canary_pods(pods: int, weight: int) -> int:
-    """Pods that serve the canary set at ``weight`` %: their share of the pods, rounded up, at
-    least one while the weight is above 0 and at most all but one below 100 (the stable set
-    keeps a pod until promotion).  One pod cannot be split: it moves at 100 % only (the
-    validation refuses an adapter release on fewer than 2 replicas for that reason)."""
-    if weight >= 100:
-        return pods
-    if weight <= 0 or pods < 2:
-        return 0
-    return min(pods - 1, pods_for_weight(pods, weight))  # a template release's count, capped
-
-
 def targets(pods: Sequence[PodAdapters], sets: Mapping[str, AdapterSources], stable: str,
-            canary: str | None, weight: int) -> dict[str, str]:
-    """Each pod's target set.  The canary's pods are those that already serve it (or carry its
-    label), then by name: a pod is never moved back and forth between two plans."""
+            canary: str | None, canary_count: int) -> dict[str, str]:
+    """Each pod's target set: ``canary_count`` pods on ``canary`` (the count the decision sized
+    for the step, ``capacity.in_place_canary_pods``; never more than all the pods), the rest on
+    ``stable``.  The canary's pods are those that already serve it (or carry its label), then by
+    name: a pod is never moved back and forth between two plans."""
     if canary is None or canary == stable:
         return {p.name: stable for p in pods}
-    k = canary_pods(len(pods), weight)
+    k = min(canary_count, len(pods))
     wanted = sets[canary]
 
     def on_canary(p: PodAdapters) -> bool:
@@ -172,13 +161,14 @@ def _serves(loaded: Mapping[str, str], wanted: AdapterSources,
 
 
 def plan(pods: Sequence[PodAdapters], sets: Mapping[str, AdapterSources], stable: str,
-         canary: str | None, weight: int, now: datetime, drain_seconds: float) -> AdapterPlan:
-    """The next moves toward ``weight`` % of the pods on ``canary`` (the rest on ``stable``).
+         canary: str | None, canary_count: int, now: datetime,
+         drain_seconds: float) -> AdapterPlan:
+    """The next moves toward ``canary_count`` pods on ``canary`` (the rest on ``stable``).
 
     ``sets``: set id → its adapters, for every set named by a target or a label (a label of a
     set not in ``sets`` is treated as wrong).  One pod at a time is taken out of the endpoints
     to be changed; a stale label is taken out at once, whatever else is out."""
-    want = targets(pods, sets, stable, canary, weight)
+    want = targets(pods, sets, stable, canary, canary_count)
     managed = _managed(sets)
     moves: list[PodMove] = []
     in_place: dict[str, int] = {}

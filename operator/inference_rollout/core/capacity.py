@@ -10,6 +10,13 @@ abandons the canary, sends all traffic back to the stable in one write, and that
 a warm pod (a stable at zero would take 100% on no pod for a model load's time).  The swap quota
 already reserves that pod: the canary's count is cut to ``replicas + maxSurge - 1``.
 
+``in_place`` (an adapter release, docs/adapters.md): the canary's pods are the stable's own, moved
+to the new adapter set one at a time; no pod is added, whatever the mode.  Its count is the
+weight's share of the fleet, and the stable keeps at least one pod until promotion for the same
+reason as above (a rollback's write must find a pod of the stable set): at most all but one
+(:func:`in_place_canary_pods`).  ``step.replicas`` (overdrive) does not apply: there is no pod to
+add.
+
 ``replicas`` is the count an autoscaler or ``kubectl scale`` sets (the ``scale`` subresource): every
 count here is computed from the current value, so a change mid-step re-splits the fleet at the
 step's weight (docs/autoscaling.md).
@@ -28,14 +35,27 @@ def pods_for_weight(replicas: int, weight: int) -> int:
     return max(1, math.ceil(replicas * weight / 100))
 
 
-def canary_target(spec: InferenceRolloutSpec, step: Step) -> int:
+def in_place_canary_pods(replicas: int, weight: int) -> int:
+    """An adapter release's canary pods at ``weight`` %, out of ``replicas``: a template
+    release's count, at least one while the weight is above 0, and at most all but one (the
+    stable set keeps a pod until promotion, also at a 100 % step).  A fleet of one cannot be
+    split: 0 (the validation refuses an adapter release on fewer than 2 replicas for that
+    reason)."""
+    if weight <= 0 or replicas < 2:
+        return 0
+    return min(replicas - 1, pods_for_weight(replicas, weight))
+
+
+def canary_target(spec: InferenceRolloutSpec, step: Step, in_place: bool = False) -> int:
     """The canary's pod count for a step; ``step.replicas`` overrides (deliberate overdrive).
 
     In swap mode the count fits the quota less the one pod the stable keeps until promotion
     (a rollback's warm pod, see the module docstring): an overdrive count written for a larger
     fleet is cut to what a fleet scaled down since can hold, never waited for until the progress
-    deadline.
+    deadline.  ``in_place``: an adapter release's count (module docstring).
     """
+    if in_place:
+        return in_place_canary_pods(spec.replicas, step.weight)
     wanted = step.replicas if step.replicas is not None else pods_for_weight(spec.replicas,
                                                                              step.weight)
     if spec.capacity.mode == "swap":
@@ -43,25 +63,31 @@ def canary_target(spec: InferenceRolloutSpec, step: Step) -> int:
     return wanted
 
 
-def ready_enough(spec: InferenceRolloutSpec, step: Step, canary_ready: int) -> bool:
+def ready_enough(spec: InferenceRolloutSpec, step: Step, canary_ready: int,
+                 in_place: bool = False) -> bool:
     """Whether the canary's Ready pods may carry the step's weight (never route to what cannot
-    serve).  With an explicit ``step.replicas`` the user chose the ratio, so that count suffices."""
-    return canary_ready >= canary_target(spec, step)
+    serve).  With an explicit ``step.replicas`` the user chose the ratio, so that count suffices;
+    so does an adapter release's count (``in_place``), which is the step's by construction."""
+    return canary_ready >= canary_target(spec, step, in_place)
 
 
-def servable_share(spec: InferenceRolloutSpec, step: Step, canary_ready: int) -> int:
+def servable_share(spec: InferenceRolloutSpec, step: Step, canary_ready: int,
+                   in_place: bool = False) -> int:
     """The largest weight (percent) that ``canary_ready`` pods can carry for this step."""
-    if step.replicas is not None:
+    if in_place and ready_enough(spec, step, canary_ready, in_place):
+        return 100
+    if step.replicas is not None and not in_place:
         return 100 if canary_ready >= canary_target(spec, step) else 0
     return min(100, math.floor(100 * canary_ready / spec.replicas))
 
 
-def carried_weight(spec: InferenceRolloutSpec, step: Step, canary_ready: int, weight: int) -> int:
+def carried_weight(spec: InferenceRolloutSpec, step: Step, canary_ready: int, weight: int,
+                   in_place: bool = False) -> int:
     """The part of ``weight`` that ``canary_ready`` pods can carry at this step.  With an
     explicit ``step.replicas`` (overdrive) the share scales with the Ready part of that count."""
-    if step.replicas is not None:
+    if step.replicas is not None and not in_place:
         return min(weight, step.weight * canary_ready // canary_target(spec, step))
-    return min(weight, servable_share(spec, step, canary_ready))
+    return min(weight, servable_share(spec, step, canary_ready, in_place))
 
 
 @dataclass(frozen=True)
@@ -88,6 +114,7 @@ def release_pod_counts(
     canary_ready: int,
     stable_desired_now: int,
     other_pods: int = 0,
+    in_place: bool = False,
 ) -> PodCounts:
     """Desired pods for stable and canary while a release is at ``step``.
 
@@ -97,9 +124,11 @@ def release_pod_counts(
     stable's last write has been observed yet, which keeps the decision a fixed point).
     ``other_pods`` are held by revisions that are neither (they count against the swap quota
     until they are gone).  The stable keeps at least one pod (see the module docstring).
+    ``in_place`` (an adapter release): the stable's count is the fleet, which its Deployment
+    keeps; the canary's pods are carved out of it (module docstring).
     """
-    target = canary_target(spec, step)
-    if spec.capacity.mode == "surge":
+    target = canary_target(spec, step, in_place)
+    if spec.capacity.mode == "surge" or in_place:
         return PodCounts(stable=spec.replicas, canary=target)
     quota = spec.replicas + spec.capacity.max_surge - other_pods
     wanted = max(1, spec.replicas - min(target, canary_ready))
