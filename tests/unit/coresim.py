@@ -242,15 +242,8 @@ class Sim:
         if measure and analysis_due(spec, self.status, self.now):
             measurements = self.measure()
             self.measured.append(self.now)
-        obs = Observation(
-            generation=self.generation, template_hash=template_hash(self.body["template"]),
-            revisions=dict(self.world.deployments),
-            route=None if self.world.route is None else dict(self.world.route),
-            route_header_routes=self.world.header_routes,
-            measurements=measurements, evaluation=self.evaluate(), invalid=invalid,
-            deleting=deleting, deleting_since=deleting_since,
-            route_acceptance=self.gateway(self) if self.gateway else None, rollout="chat",
-            probes=self.world.probes)
+        obs = self.observe(measurements, invalid=invalid, deleting=deleting,
+                           deleting_since=deleting_since)
         d = decide(spec, self.status, obs, self.now)
         self.decisions.append(d)
         self.world.history.append(d)
@@ -259,6 +252,17 @@ class Sim:
             self.world.settle()
         self.status = d.status
         return d
+
+    def observe(self, measurements: dict[str, Measurement] | None, **kw: Any) -> Observation:
+        """What the handler would hand ``decide`` now (a subclass may observe more)."""
+        return Observation(
+            generation=self.generation, template_hash=template_hash(self.body["template"]),
+            revisions=dict(self.world.deployments),
+            route=None if self.world.route is None else dict(self.world.route),
+            route_header_routes=self.world.header_routes,
+            measurements=measurements, evaluation=self.evaluate(),
+            route_acceptance=self.gateway(self) if self.gateway else None, rollout="chat",
+            probes=self.world.probes, **kw)
 
     def advance(self, seconds: float) -> None:
         advance(self.world, seconds)

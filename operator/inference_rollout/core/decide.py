@@ -394,7 +394,8 @@ def _stay_aborted(run: _Run) -> None:
         run.ensure(st.canary_revision, canary_pods)  # keeps its pods, grows no more
     if waited < delay:
         run.wake_in(delay - waited)
-    run.ensure(st.stable_revision, _stable_pods(run, run.spec.replicas, canary_pods))
+    held = 0 if _in_place(run) else canary_pods  # in place: no pod of its own in the quota
+    run.ensure(st.stable_revision, _stable_pods(run, run.spec.replicas, held))
 
 
 def _steer_pause(run: _Run) -> None:
@@ -470,7 +471,8 @@ def _series_vanished(run: _Run, before: MetricResult | None, m: Measurement) -> 
         return False
     canary = run.world.revisions.get(st.canary_revision or "")
     ready = canary.ready if canary else 0
-    return carried_weight(run.spec, step, ready, st.canary_weight) >= st.canary_weight > 0
+    return carried_weight(run.spec, step, ready, st.canary_weight,
+                          _in_place(run)) >= st.canary_weight > 0
 
 
 def _not_scraped_yet(run: _Run, metric: MetricSpec, before: MetricResult | None) -> str:
@@ -598,7 +600,7 @@ def _scale_for_step(run: _Run, step: Step, ready: int) -> None:
     assert st.canary_revision is not None and st.stable_revision is not None
     stable = run.world.revisions.get(st.stable_revision)
     counts = release_pod_counts(spec, step, ready, stable.desired if stable else spec.replicas,
-                                _other_pods(run))
+                                _other_pods(run), _in_place(run))
     if stable is not None and counts.stable > stable.desired:
         run.ensure(st.canary_revision, counts.canary)  # shrink first: within quota at every write
         run.ensure(st.stable_revision, counts.stable)
@@ -615,11 +617,11 @@ def _raise_weight(run: _Run, step: Step, ready: int) -> bool:
     canary = run.world.revisions.get(st.canary_revision or "")
     if st.canary_weight >= step.weight and (step.weight > 0 or st.step_started_at is not None):
         return _weight_in_force(run, step)
-    if not ready_enough(spec, step, ready):
+    if not ready_enough(spec, step, ready, _in_place(run)):
         if _deadline_passed(run):
             stuck = canary.unschedulable if canary else 0
             _abort(run, r.PROGRESS_DEADLINE, r.PROGRESS_DEADLINE_MSG.format(
-                ready=ready, needed=canary_target(spec, step),
+                ready=ready, needed=canary_target(spec, step, _in_place(run)),
                 deadline=format_duration(spec.strategy.progress_deadline_seconds),
                 unschedulable=f" ({stuck} pods unschedulable: not enough GPUs)" if stuck else ""))
         return False
@@ -840,7 +842,8 @@ def _guard_capacity(run: _Run, step: Step, ready: int) -> bool:
     far as the stable's Ready pods can take the rest.  The step then waits for pods again, and
     the progress deadline (counted from now) rolls the release back if they do not come."""
     st = run.status
-    if carried_weight(run.spec, step, ready, st.canary_weight) >= st.canary_weight:
+    if carried_weight(run.spec, step, ready, st.canary_weight,
+                      _in_place(run)) >= st.canary_weight:
         if st.canary_weight > 0:  # its own pods carry it in today's fleet: the new reference
             st.weight_replicas = run.spec.replicas
         return False
@@ -884,7 +887,8 @@ def _weight_carried(run: _Run, spec: InferenceRolloutSpec, step: Step, ready: in
     the stable's Ready pods cannot take (in swap mode the stable has shrunk for the canary)."""
     stable = run.world.revisions.get(run.status.stable_revision or "")
     stable_share = min(100, 100 * (stable.ready if stable else 0) // spec.replicas)
-    return max(carried_weight(spec, step, ready, run.status.canary_weight), 100 - stable_share)
+    return max(carried_weight(spec, step, ready, run.status.canary_weight, _in_place(run)),
+               100 - stable_share)
 
 
 def _latest_failed(run: _Run) -> bool:
@@ -981,10 +985,17 @@ def _leaves_now(run: _Run, rev: str) -> bool:
 
 def _other_pods(run: _Run) -> int:
     """Pods of revisions that are neither stable nor canary and stay after this call: in swap
-    mode they hold GPUs of the quota until they are deleted."""
+    mode they hold GPUs of the quota until they are deleted.  An in-place serving version (an
+    abandoned adapter canary) holds none: its pods are the stable's."""
     live = {run.status.stable_revision, run.status.canary_revision}
     return sum(s.desired for rev, s in run.world.revisions.items()
-               if rev not in live and not _leaves_now(run, rev))
+               if rev not in live and rev not in run.world.in_place and not _leaves_now(run, rev))
+
+
+def _in_place(run: _Run) -> bool:
+    """The canary runs on the stable's own pods (an adapter release): sized by
+    ``capacity.in_place_canary_pods``, never by adding pods."""
+    return run.status.canary_revision in run.world.in_place
 
 
 def _stable_pods(run: _Run, wanted: int, also_held: int = 0) -> int:
@@ -1084,7 +1095,7 @@ def _waiting_for_gateway(run: _Run) -> str:
         return r.BACKEND_UNRESOLVED_WAIT_MSG.format(
             **where, condition=unresolved.condition, reason=unresolved.reason)
     canary = run.world.revisions.get(st.canary_revision or "")
-    if not ready_enough(run.spec, step, canary.ready if canary else 0):
+    if not ready_enough(run.spec, step, canary.ready if canary else 0, _in_place(run)):
         return ""
     return r.GATEWAY_PENDING_WAIT_MSG.format(**where)
 
@@ -1108,7 +1119,7 @@ def _message(run: _Run) -> str:
     if gate.waiting(run.spec, st) and st.current_step is not None:
         canary = run.world.revisions.get(st.canary_revision or "")
         if ready_enough(run.spec, run.spec.strategy.steps[st.current_step],
-                        canary.ready if canary else 0):
+                        canary.ready if canary else 0, _in_place(run)):
             text = r.EVALUATION_PENDING_MSG.format(steps=len(run.spec.strategy.steps),
                                                    canary=st.canary_revision)
     if st.paused_reason:

@@ -69,8 +69,10 @@ def retry_in(spec: InferenceRolloutSpec, status: InferenceRolloutStatus, now: da
 
 
 def evaluation_due(spec: InferenceRolloutSpec, status: InferenceRolloutStatus, now: datetime,
-                   revisions: Mapping[str, RevisionState]) -> bool:
-    """Whether the reconciler should run the evaluation set before calling ``decide``."""
+                   revisions: Mapping[str, RevisionState],
+                   in_place: frozenset[str] = frozenset()) -> bool:
+    """Whether the reconciler should run the evaluation set before calling ``decide``.
+    ``in_place``: as ``Observation.in_place`` (an adapter release's canary is sized so)."""
     if not waiting(spec, status) or status.current_step is None:
         return False
     if status.paused_reason == r.EVALUATION_ERROR_LIMIT:
@@ -78,7 +80,8 @@ def evaluation_due(spec: InferenceRolloutSpec, status: InferenceRolloutStatus, n
     assert status.canary_revision is not None
     canary = revisions.get(status.canary_revision)
     step = current_step(spec, status)
-    if step is None or not ready_enough(spec, step, canary.ready if canary else 0):
+    if step is None or not ready_enough(spec, step, canary.ready if canary else 0,
+                                        status.canary_revision in in_place):
         return False
     if status.evaluation_running is not None:
         return False  # begun and never recorded: decide counts it as an error (interrupted)

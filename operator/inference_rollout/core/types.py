@@ -186,6 +186,12 @@ class Observation:
     drill: DrillResult | None = None
     #: The operator's probes of the current canary (None: none running).
     probes: ProbeCounts | None = None
+    #: Revisions (serving versions) that run on the stable's pods, moved to them in place: an
+    #: adapter release's canary, or its old stable after promotion (docs/adapters.md).  Their
+    #: pod count is carved out of the fleet (``capacity.in_place_canary_pods``), never added,
+    #: and ``revisions`` reports for them the pods targeted and the pods admitted with their
+    #: adapter set.  Empty for a rollout without adapters.
+    in_place: frozenset[str] = frozenset()
 
 
 # --- actions ------------------------------------------------------------------------------------
