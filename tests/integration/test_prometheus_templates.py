@@ -86,12 +86,13 @@ def prom_url(prometheus: Any) -> Iterator[str]:
 
 def run(url: str, revision: str, metrics: list[MetricSpec], *, stable: str | None = STABLE,
         rollout: str = ROLLOUT, namespace: str = NS, min_samples: int = 20,
-        timeout_s: float = 5.0) -> dict[str, Measurement]:
+        timeout_s: float = 5.0,
+        pods: dict[str, tuple[str, ...]] | None = None) -> dict[str, Measurement]:
     async def go() -> dict[str, Measurement]:
         async with PrometheusSource(url, timeout_s=timeout_s) as source:
             return await measure(source, namespace, rollout, revision, stable, metrics,
                                  interval_s=WINDOW_S, default_min_samples=min_samples,
-                                 scrape_interval_s=1.0)
+                                 scrape_interval_s=1.0, pods=pods)
 
     return asyncio.run(go())
 
@@ -181,6 +182,27 @@ def test_selector_does_not_leak_into_lookalike_pods(prom_url: str) -> None:
     # '.' in a rollout name is literal: "chat.v2" must not select "chatxv2-…".
     dot = run(prom_url, "r1", [absolute("gpu-temperature")], rollout="chat.v2")
     assert dot["gpu-temperature"].value == 60.0
+
+
+def test_serving_versions_select_their_pods_by_name(prom_url: str) -> None:
+    """A rollout with adapters (docs/adapters.md): its serving versions share their template's
+    pods, so each is measured on the pods its set holds, named; here the canary's one pod and
+    the stable's two under keys that no pod name contains, and a set with no pod (all moving)."""
+    canary_sv, stable_sv, empty_sv = "a1a1a1a1a1", "b2b2b2b2b2", "c3c3c3c3c3"
+    pods = {canary_sv: (CANARY_POD.pod,), stable_sv: tuple(p.pod for p in STABLE_PODS),
+            empty_sv: ()}
+    metrics = [relative("ttft-p99"), relative("error-rate"), relative("gpu-temperature")]
+    named = run(prom_url, canary_sv, metrics, stable=stable_sv, pods=pods)
+    by_pattern = run(prom_url, CANARY, metrics)
+    for name in ("ttft-p99", "error-rate", "gpu-temperature"):
+        assert named[name].error is None, named[name]
+        assert named[name].value == pytest.approx(by_pattern[name].value, rel=0.05), name
+        assert named[name].stable_value == pytest.approx(by_pattern[name].stable_value,
+                                                         rel=0.05), name
+    # The canary's pod name is also a decoy's in "staging" (terrible): the namespace holds.
+    assert named["gpu-temperature"].value == 86.0
+    nothing = run(prom_url, empty_sv, [absolute("gpu-temperature")], stable=None, pods=pods)
+    assert nothing["gpu-temperature"].error is MeasurementError.NO_DATA
 
 
 @pytest.mark.parametrize(

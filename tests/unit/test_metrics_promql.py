@@ -10,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from inference_rollout.metrics.promql import (
+    NO_POD,
     PlaceholderError,
     Revision,
     format_window,
@@ -56,6 +57,36 @@ def test_pod_regex_selects_only_this_revisions_pods() -> None:
     assert not re.fullmatch(rx, "chat-abc-def-7c9f6d5b8-x2k9q")  # rollout "chat-abc", rev "def"
     assert not re.fullmatch(rx, "chat-abcd-7c9f6d5b8-x2k9q")  # another revision
     assert not re.fullmatch(rx, "xchat-abc-7c9f6d5b8-x2k9q")
+
+
+def test_named_pods_select_exactly_those_pods() -> None:
+    """A serving version of a rollout with adapters names its pods (their names are the
+    template's, shared with the other serving version)."""
+    rx = Revision("prod", "chat", "a1a1a1a1a1", pods=("chat-abc-7c9f6d5b8-x2k9q",
+                                                     "chat-abc-7c9f6d5b8-pp4zz")).pod_regex
+    assert re.fullmatch(rx, "chat-abc-7c9f6d5b8-x2k9q")
+    assert re.fullmatch(rx, "chat-abc-7c9f6d5b8-pp4zz")
+    assert not re.fullmatch(rx, "chat-abc-7c9f6d5b8-x2k9")  # a prefix of one
+    assert not re.fullmatch(rx, "chat-abc-7c9f6d5b8-x2k9qq")
+    assert not re.fullmatch(rx, "chat-abc-7c9f6d5b8-other")  # the other set's pod
+
+
+def test_a_serving_version_with_no_pod_selects_none_not_unlabelled_series() -> None:
+    rx = Revision("prod", "chat", "a1a1a1a1a1", pods=()).pod_regex
+    assert rx == NO_POD
+    assert not re.fullmatch(rx, "")  # an empty regex would match series without a pod label
+    assert not re.fullmatch(rx, "chat-abc-7c9f6d5b8-x2k9q")
+
+
+@pytest.mark.parametrize("hostile", HOSTILE)
+def test_hostile_pod_names_stay_inside_their_string(hostile: str) -> None:
+    rev = Revision("prod", "chat", "a1a1a1a1a1", pods=(hostile, "chat-x-y-z"))
+    m = re.fullmatch(r'namespace="prod",pod=~"((?:[^"\\]|\\.)*)"', rev.selector,
+                     flags=re.DOTALL)
+    assert m is not None, rev.selector
+    pod_regex = json.loads(f'"{m.group(1)}"')
+    assert re.fullmatch(pod_regex, hostile, flags=re.DOTALL)
+    assert not re.fullmatch(pod_regex, "chat-x-y", flags=re.DOTALL)
 
 
 @pytest.mark.parametrize("hostile", HOSTILE)

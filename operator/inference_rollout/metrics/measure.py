@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from ..api.spec import ERROR_RATE_TEMPLATES, GATEWAY_TEMPLATES, MetricSpec
@@ -123,6 +123,7 @@ async def measure(
     weight: int | None = None,
     weight_since: float | None = None,
     gateway_source: MetricSource | None = None,
+    pods: Mapping[str, tuple[str, ...]] | None = None,
 ) -> dict[str, Measurement]:
     """Measure ``metrics`` for the canary revision (and the stable one where a metric is
     relative).  Never raises for Prometheus trouble: that is reported per metric.
@@ -137,13 +138,16 @@ async def measure(
     counters carry the gateway's namespace, not the rollout's, so the reconciler passes the same
     Prometheus without namespace confinement (:func:`.tenancy.unconfined`). Those queries are the
     operator's own, selecting only this rollout's Services by validated names.
+
+    ``pods``: revision → its pods by name, for a rollout with adapters (``Revision.pods``).
     """
     at = time.time() if at is None else at
     gateway_source = source if gateway_source is None else gateway_source
     gateway_metrics = {m.name for m in metrics if m.template in GATEWAY_TEMPLATES}
-    revs = {"canary": Revision(namespace, rollout, canary_rev)}
+    named = pods or {}
+    revs = {"canary": Revision(namespace, rollout, canary_rev, named.get(canary_rev))}
     if stable_rev is not None:
-        revs["stable"] = Revision(namespace, rollout, stable_rev)
+        revs["stable"] = Revision(namespace, rollout, stable_rev, named.get(stable_rev))
 
     plans: dict[str, dict[str, Queries]] = {}
     windows: dict[str, int] = {}

@@ -21,6 +21,8 @@ _RE2_SPECIAL = frozenset("\\.+*?()|[]{}^$")
 # exactly two such segments keeps rollout "chat" revision "abc" from also selecting the pods of a
 # rollout named "chat-abc" (whose pods have more segments).
 _POD_SUFFIX = "-[a-z0-9]+-[a-z0-9]+"
+#: The pod pattern of a serving version with no pod in its set (see ``Revision.pods``).
+NO_POD = "\\(no pod\\)"
 
 _PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 PLACEHOLDERS = ("namespace", "name", "revision", "selector", "window")
@@ -67,10 +69,19 @@ class Revision:
     namespace: str
     rollout: str
     revision: str
+    #: The pods that serve it, by name, when their names do not say so: a rollout with
+    #: adapters, whose serving versions share their template's pods (docs/adapters.md).  Each
+    #: set's pods change only while a step's weight is not yet in force, so a window that starts
+    #: when the weight was reached counts each pod's traffic for this serving version only.
+    pods: tuple[str, ...] | None = None
 
     @property
     def pod_regex(self) -> str:
         """RE2 pattern (unquoted) matching exactly this revision's pod names."""
+        if self.pods is not None:
+            # No pod (all moving): a name no pod can have (Kubernetes names hold no parentheses),
+            # so the query finds no series, rather than an empty regex matching unlabelled ones.
+            return "|".join(regex_escape(p) for p in sorted(self.pods)) or NO_POD
         return regex_escape(f"{self.rollout}-{self.revision}") + _POD_SUFFIX
 
     @property
