@@ -57,6 +57,9 @@ class PodProfile:
     kv_usage: float = 0.5
     gpu_temp: float | None = 70.0
     labels: str = 'model_name="m",engine="0"'
+    #: Request series only from the first request on (the sandbox's simulator does this; vLLM
+    #: creates them at start, at 0): a lazy pod with ``requests=0`` exposes only its gauges.
+    lazy: bool = False
     state: dict[str, float] = field(default_factory=lambda: defaultdict(float))
 
     def tick(self) -> None:
@@ -78,6 +81,8 @@ class PodProfile:
     def render(self) -> str:
         s, lb = self.state, self.labels
         out: list[str] = []
+        if self.lazy and not s["e2e"]:
+            return self._gauges()
         out += _histogram("vllm:time_to_first_token_seconds", TTFT_BUCKETS, self.ttft,
                           s["ttft"], lb)
         itl_name = ("vllm:inter_token_latency_seconds" if self.new_names
@@ -106,10 +111,14 @@ class PodProfile:
                 f"{prefix}_queries_total{{{lb}}} {s['queries']}"]
         out += ["# TYPE vllm:num_preemptions_total counter",
                 f"vllm:num_preemptions_total{{{lb}}} {s['preemptions']}"]
+        return "\n".join(out) + "\n" + self._gauges()
+
+    def _gauges(self) -> str:
+        lb = self.labels
         usage = "vllm:kv_cache_usage_perc" if self.new_names else "vllm:gpu_cache_usage_perc"
-        out += [f"# TYPE {usage} gauge", f"{usage}{{{lb}}} {self.kv_usage}"]
-        out += ["# TYPE vllm:num_requests_running gauge",
-                f"vllm:num_requests_running{{{lb}}} {min(self.requests, 3)}"]
+        out = [f"# TYPE {usage} gauge", f"{usage}{{{lb}}} {self.kv_usage}",
+               "# TYPE vllm:num_requests_running gauge",
+               f"vllm:num_requests_running{{{lb}}} {min(self.requests, 3)}"]
         if self.gpu_temp is not None:
             out += ["# TYPE DCGM_FI_DEV_GPU_TEMP gauge",
                     f'DCGM_FI_DEV_GPU_TEMP{{gpu="0",UUID="GPU-{self.pod}"}} {self.gpu_temp}']

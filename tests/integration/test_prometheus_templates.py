@@ -36,6 +36,7 @@ pytestmark = pytest.mark.integration
 
 NS, ROLLOUT = "prod", "chat"
 CANARY, STABLE, QUIET, ABSENT = "7d9f8c6b5", "5b6c7d8f9", "4c4c4c4c4", "0a0a0a0a0"
+UNSERVED = "3d3d3d3d3"  # scraped, and no request series yet (a lazy exporter)
 WINDOW_S = 8  # analysis interval in these tests; scrape interval is 1s
 
 CANARY_POD = PodProfile(
@@ -58,13 +59,14 @@ DECOYS = [
     PodProfile("staging", CANARY_POD.pod, **BAD),  # type: ignore[arg-type]
 ]
 QUIET_POD = PodProfile(NS, f"chat-{QUIET}-bcdfg2456-zzzzz", requests=0)
+UNSERVED_POD = PodProfile(NS, f"chat-{UNSERVED}-bcdfg2456-zzzzz", requests=0, lazy=True)
 # A rollout name with a regex metacharacter ('.' — not a valid Kubernetes name, but label values
 # can be anything) next to a pod it would match if '.' were not escaped.
 DOT_PODS = [
     PodProfile(NS, "chat.v2-r1-bcdfg2456-kx2lq", gpu_temp=60.0),
     PodProfile(NS, "chatxv2-r1-bcdfg2456-kx2lq", gpu_temp=95.0),
 ]
-ALL_PODS = [CANARY_POD, *STABLE_PODS, *DECOYS, QUIET_POD, *DOT_PODS]
+ALL_PODS = [CANARY_POD, *STABLE_PODS, *DECOYS, QUIET_POD, UNSERVED_POD, *DOT_PODS]
 
 TEMPLATE_NAMES = ("ttft-p99", "itl-p99", "e2e-p99", "error-rate", "kv-cache-hit-rate",
                   "preemptions", "kv-cache-usage", "gpu-temperature")
@@ -148,6 +150,22 @@ def test_revision_without_series_is_no_data(prom_url: str) -> None:
     got = run(prom_url, ABSENT, [absolute(t) for t in TEMPLATE_NAMES])
     for name, m in got.items():
         assert (m.error, m.value) == (MeasurementError.NO_DATA, None), (name, m)
+
+
+def test_scraped_pods_without_request_series_are_too_few_samples_not_no_data(
+        prom_url: str) -> None:
+    """A server that creates its request series at its first request (the sandbox's simulator)
+    behind a 5 % canary at low traffic: its pods are scraped, it has served nothing yet.  That
+    is a window without evidence, not a broken selector (which stays NoData: the test above)."""
+    got = run(prom_url, UNSERVED, [absolute(t) for t in REQUEST_BASED])
+    for name, m in got.items():
+        assert m.error is MeasurementError.TOO_FEW_SAMPLES, (name, m)
+        assert m.samples == 0.0 and "served no request yet" in m.detail, (name, m)
+    # Relative: the stable has series; the canary has none yet.
+    rel = run(prom_url, UNSERVED, [relative("ttft-p99")])
+    assert rel["ttft-p99"].error is MeasurementError.TOO_FEW_SAMPLES, rel
+    # Gauges are not request-counted: the pod's own value.
+    assert run(prom_url, UNSERVED, [absolute("kv-cache-usage")])["kv-cache-usage"].value == 0.5
 
 
 def test_relative_check_without_stable_series_is_no_data(prom_url: str) -> None:

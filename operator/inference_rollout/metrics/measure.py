@@ -209,7 +209,50 @@ async def measure(
         measured = _combine(side_outcomes("value"), side_outcomes("samples"), min_samples,
                             format_window(windows[m.name]))
         out[m.name] = with_evidence(measured, side_outcomes("evidence"), windows[m.name])
+    await _served_nothing_yet(source, metrics, plans, outcomes, revs, out, at)
     return out
+
+
+def _unseen_sides(name: str, plans: dict[str, dict[str, Queries]],
+                  outcomes: dict[tuple[str, str, str], Outcome]) -> list[str]:
+    """The sides of a request-counted metric with no series at all (value and count)."""
+    return [side for side, q in plans[name].items()
+            if q.samples is not None and isinstance(outcomes.get((name, side, "value")), NoData)
+            and isinstance(outcomes.get((name, side, "samples")), NoData)]
+
+
+async def _served_nothing_yet(source: MetricSource, metrics: Sequence[MetricSpec],
+                              plans: dict[str, dict[str, Queries]],
+                              outcomes: dict[tuple[str, str, str], Outcome],
+                              revs: dict[str, Revision], out: dict[str, Measurement],
+                              at: float) -> None:
+    """A built-in request metric with no series: NoData means a broken selector or unscraped
+    pods (an error), unless the side's pods are scraped (``up``) and simply have served no
+    request yet, which is a window without evidence (TooFewSamples, 0 requests).
+
+    Why: a server that creates its labelled series at its first request (the sandbox's
+    simulator; vLLM creates them at start, at 0) shows a 5 % canary at low traffic, whose first
+    request can take tens of seconds, as NoData, and four such looks in a row paused releases
+    (AnalysisErrorLimit) in the 0.2 req/s calibration.  One ``up`` query per side, only then."""
+    unseen = {m.name: _unseen_sides(m.name, plans, outcomes) for m in metrics
+              if m.name in plans and m.template is not None
+              and m.template not in GATEWAY_TEMPLATES
+              and out[m.name].error is MeasurementError.NO_DATA}
+    unseen = {name: sides for name, sides in unseen.items() if sides}
+    sides = sorted({s for ss in unseen.values() for s in ss})
+    if not sides:
+        return
+    ups = await asyncio.gather(*(_run(source, Queries(f"max(up{{{revs[s].selector}}})", None),
+                                      "value", at) for s in sides))
+    scraped = {s for s, up in zip(sides, ups, strict=True)
+               if isinstance(up, int | float) and up >= 1}
+    for name, missing in unseen.items():
+        if set(missing) <= scraped:
+            m = out[name]
+            out[name] = Measurement(m.value, m.stable_value, 0.0,
+                                    MeasurementError.TOO_FEW_SAMPLES,
+                                    f"{missing[0]}: its pods are scraped but have served no "
+                                    "request yet (no request series)")
 
 
 def _span(metric: MetricSpec, interval_s: float, scrape_interval_s: float, at: float,
