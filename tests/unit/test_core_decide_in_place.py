@@ -1,4 +1,5 @@
-"""``decide`` on an adapter release (docs/adapters.md, "How the wiring keeps decide as it is"):
+"""``decide`` on an adapter release (docs/adapters.md, "How the wiring keeps decide as it is"),
+observed through ``core.serving_versions`` as the handler will:
 the canary is a serving version that runs on the stable's own pods, so its pod count is carved
 out of the fleet (``capacity.in_place_canary_pods``) and no pod is ever added or removed.
 
@@ -17,9 +18,12 @@ from typing import Any
 import pytest
 from tests.unit.coresim import Sim, World, manifest_spec, with_model
 
-from inference_rollout.core.adapter_plan import serving_version
+from inference_rollout.core import serving_versions
+from inference_rollout.core.adapter_plan import serving_version, set_id
 from inference_rollout.core.capacity import in_place_canary_pods
 from inference_rollout.core.revision import template_hash
+from inference_rollout.core.serving_versions import ServingVersionFacts as Facts
+from inference_rollout.core.serving_versions import in_place
 from inference_rollout.core.types import (
     Decision,
     DeleteRevision,
@@ -94,6 +98,8 @@ class AdapterSim(Sim):
     revision: str = SV1
     #: Serving version -> its template's hash (the Deployment it runs on).
     templates: dict[str, str] = field(default_factory=lambda: {SV1: TEMPLATE, SV2: TEMPLATE})
+    #: Serving version -> its adapter set.
+    sets: dict[str, str] = field(default_factory=lambda: {SV1: set_id(V1), SV2: set_id(V2)})
     #: Each reconcile's observation and decision, to check the decision against what it saw.
     seen: list[tuple[Observation, Decision]] = field(default_factory=list)
     last_observation: Observation | None = None
@@ -107,8 +113,30 @@ class AdapterSim(Sim):
                          if sv != stable and self.templates[sv] == self.templates[stable])
 
     def observe(self, measurements: dict[str, Measurement] | None, **kw: Any) -> Observation:
+        """As the handler will: Deployments by template, a Service per serving version (its
+        pod count), pods admitted per set, mapped by ``core.serving_versions``."""
+        created = self.world.deployments  # EnsureRevision's counts: each version's Service
+        facts = {sv: Facts(self.templates[sv], self.sets[sv], d.desired)
+                 for sv, d in created.items()}
+        facts.setdefault(self.revision, Facts(self.templates[self.revision],
+                                              self.sets[self.revision], service=False))
+        by_template: dict[str, RevisionState] = {}
+        admitted: dict[tuple[str, str], int] = {}
+        for sv, d in created.items():
+            template = self.templates[sv]
+            if template == TEMPLATE:  # the shared fleet: its pods, as moved
+                by_template[template] = RevisionState(FLEET, FLEET, FLEET)
+                admitted[(template, self.sets[sv])] = self.world.pods.get(sv, 0)
+            else:  # a Deployment of its own, its pods admitted as they start
+                by_template[template] = RevisionState(d.desired, d.desired, d.desired)
+                admitted[(template, self.sets[sv])] = d.desired
+        seen = serving_versions.observe(by_template, facts, admitted,
+                                        self.status.stable_revision, self.status.canary_revision)
+        stable = self.status.stable_revision
+        assert {sv for sv in facts if in_place(seen.templates, stable, sv)} == (
+            self.in_place() & set(facts))
         obs = replace(super().observe(measurements, **kw), template_hash=self.revision,
-                      in_place=self.in_place())
+                      revisions=seen.revisions, templates=seen.templates)
         self.last_observation = obs
         return obs
 
@@ -134,6 +162,7 @@ class AdapterSim(Sim):
         new = template_hash(self.body["template"])
         self.revision = serving_version(new, V2)
         self.templates[self.revision] = new
+        self.sets[self.revision] = set_id(V2)
         return self.revision
 
 

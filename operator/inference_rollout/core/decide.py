@@ -40,6 +40,7 @@ from .capacity import (
 )
 from .conditions import apply_conditions, step_message
 from .scale import serving_pods, serving_selector
+from .serving_versions import in_place
 from .steps import carries_traffic, current_step, fit_index, testers_step
 from .timeutil import from_iso, seconds_since, to_iso
 from .types import (
@@ -986,16 +987,19 @@ def _leaves_now(run: _Run, rev: str) -> bool:
 def _other_pods(run: _Run) -> int:
     """Pods of revisions that are neither stable nor canary and stay after this call: in swap
     mode they hold GPUs of the quota until they are deleted.  An in-place serving version (an
-    abandoned adapter canary) holds none: its pods are the stable's."""
+    abandoned adapter canary, the old stable of a promoted one) holds none: its pods are the
+    stable's."""
     live = {run.status.stable_revision, run.status.canary_revision}
     return sum(s.desired for rev, s in run.world.revisions.items()
-               if rev not in live and rev not in run.world.in_place and not _leaves_now(run, rev))
+               if rev not in live and not _leaves_now(run, rev)
+               and not in_place(run.world.templates, run.status.stable_revision, rev))
 
 
 def _in_place(run: _Run) -> bool:
     """The canary runs on the stable's own pods (an adapter release): sized by
-    ``capacity.in_place_canary_pods``, never by adding pods."""
-    return run.status.canary_revision in run.world.in_place
+    ``capacity.in_place_canary_pods``, never by adding pods.  Judged against the status as
+    this call leaves it: after a promotion in this call the old stable is the one in place."""
+    return in_place(run.world.templates, run.status.stable_revision, run.status.canary_revision)
 
 
 def _stable_pods(run: _Run, wanted: int, also_held: int = 0) -> int:

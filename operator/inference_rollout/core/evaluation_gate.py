@@ -30,6 +30,7 @@ from ..api import reasons as r
 from ..api.spec import InferenceRolloutSpec
 from ..api.status import EvaluationResult, EvaluationRun, InferenceRolloutStatus
 from .capacity import ready_enough
+from .serving_versions import in_place
 from .steps import current_step
 from .timeutil import from_iso, to_iso
 from .types import EvaluationOutcome, RevisionState
@@ -70,9 +71,9 @@ def retry_in(spec: InferenceRolloutSpec, status: InferenceRolloutStatus, now: da
 
 def evaluation_due(spec: InferenceRolloutSpec, status: InferenceRolloutStatus, now: datetime,
                    revisions: Mapping[str, RevisionState],
-                   in_place: frozenset[str] = frozenset()) -> bool:
+                   templates: Mapping[str, str] | None = None) -> bool:
     """Whether the reconciler should run the evaluation set before calling ``decide``.
-    ``in_place``: as ``Observation.in_place`` (an adapter release's canary is sized so)."""
+    ``templates``: as ``Observation.templates`` (an adapter release's canary is sized in place)."""
     if not waiting(spec, status) or status.current_step is None:
         return False
     if status.paused_reason == r.EVALUATION_ERROR_LIMIT:
@@ -81,7 +82,8 @@ def evaluation_due(spec: InferenceRolloutSpec, status: InferenceRolloutStatus, n
     canary = revisions.get(status.canary_revision)
     step = current_step(spec, status)
     if step is None or not ready_enough(spec, step, canary.ready if canary else 0,
-                                        status.canary_revision in in_place):
+                                        in_place(templates or {}, status.stable_revision,
+                                                 status.canary_revision)):
         return False
     if status.evaluation_running is not None:
         return False  # begun and never recorded: decide counts it as an error (interrupted)

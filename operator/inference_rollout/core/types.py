@@ -7,6 +7,7 @@ tested with literals and a restart can be simulated by feeding the same values a
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -186,12 +187,12 @@ class Observation:
     drill: DrillResult | None = None
     #: The operator's probes of the current canary (None: none running).
     probes: ProbeCounts | None = None
-    #: Revisions (serving versions) that run on the stable's pods, moved to them in place: an
-    #: adapter release's canary, or its old stable after promotion (docs/adapters.md).  Their
-    #: pod count is carved out of the fleet (``capacity.in_place_canary_pods``), never added,
-    #: and ``revisions`` reports for them the pods targeted and the pods admitted with their
-    #: adapter set.  Empty for a rollout without adapters.
-    in_place: frozenset[str] = frozenset()
+    #: A rollout with adapters: each revision (serving version) -> the template hash of the
+    #: Deployment whose pods it selects (docs/adapters.md).  A revision of the stable's
+    #: template other than the stable runs on the stable's pods, moved in place (an adapter
+    #: release's canary, or an old stable after promotion): :func:`.serving_versions.in_place`.
+    #: Empty for a rollout without adapters: each revision is its own Deployment.
+    templates: Mapping[str, str] = field(default_factory=dict)
 
 
 # --- actions ------------------------------------------------------------------------------------

@@ -1,0 +1,89 @@
+"""What ``decide`` observes of a rollout with adapters: its serving versions (docs/adapters.md,
+"How the wiring keeps decide as it is").
+
+``decide`` treats a revision as an opaque key with a pod count.  Without adapters the key is the
+template hash, and a revision's Deployment is its pods.  With adapters the key is a *serving
+version* (template hash + adapter set, :func:`.adapter_plan.serving_version`), and several keys
+can share one Deployment: an adapter release's canary runs on the stable's own pods.  This
+module turns what the handler read (Deployments by template, each serving version's Service, and
+the pods admitted to each set) into the ``revisions`` and ``templates`` of an
+:class:`~.types.Observation`, so the rules of ``decide`` stay as they are:
+
+* A Deployment's **owner** is the serving version whose pods it is: the stable's, if the stable
+  runs on it, else the canary's (a template release with adapters).  The owner reports the
+  Deployment's pod count (``desired``), and as ``ready`` the pods admitted to its set: "wait for
+  Ready pods" becomes "wait for loaded, relabelled pods".
+* Any other serving version of the stable's template is **in place** (:func:`in_place`, which
+  ``decide`` asks against its status as it changes it): its ``desired`` is the pod count the
+  decision last asked for (kept on its Service), its ``ready`` the pods admitted to its set.
+  ``decide`` sizes it out of the fleet (``capacity.in_place_canary_pods``).
+* A serving version of another template that owns nothing (an abandoned canary's) reports its
+  Service's count and its admitted pods, so ``decide`` deletes it like any old revision.
+
+Pure: the handler reads, this maps, ``decide`` decides.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+
+from .types import RevisionState
+
+
+@dataclass(frozen=True)
+class ServingVersionFacts:
+    """One serving version as its Service records it."""
+
+    #: The template hash of the Deployment whose pods it selects.
+    template: str
+    #: The adapter set its Service selects (the pods' ``adapter-set`` label value).
+    adapter_set: str
+    #: The pods the decision last asked for (``EnsureRevision``), for an in-place version.
+    pods: int = 0
+    #: False for the spec's own version before its Service exists: not yet a revision (decide
+    #: asks for it), but already known to be in place or not.
+    service: bool = True
+
+
+@dataclass(frozen=True)
+class ServingVersionsSeen:
+    revisions: dict[str, RevisionState]
+    #: Serving version -> template hash, for ``Observation.templates``.
+    templates: dict[str, str]
+
+
+def in_place(templates: Mapping[str, str], stable: str | None, revision: str | None) -> bool:
+    """``revision`` runs on the stable's pods: another serving version of the stable's template.
+    Never true without adapters (no ``templates``), nor for the stable itself."""
+    if revision is None or stable is None or revision == stable:
+        return False
+    template = templates.get(revision)
+    return template is not None and template == templates.get(stable)
+
+
+def observe(deployments: Mapping[str, RevisionState],
+            versions: Mapping[str, ServingVersionFacts],
+            admitted: Mapping[tuple[str, str], int],
+            stable: str | None, canary: str | None) -> ServingVersionsSeen:
+    """``deployments``: by template hash; ``versions``: by serving version (its Service, or the
+    spec's own before its Service exists); ``admitted``: pods admitted and in place, by
+    (template hash, adapter set); ``stable``/``canary``: the status' serving versions."""
+    owners: dict[str, str] = {}
+    for live in (canary, stable):  # the stable's claim wins: it is written last
+        if live is not None and live in versions:
+            owners[versions[live].template] = live
+    out: dict[str, RevisionState] = {}
+    for name, facts in versions.items():
+        pods = admitted.get((facts.template, facts.adapter_set), 0)
+        deployment = deployments.get(facts.template)
+        if owners.get(facts.template) == name and deployment is not None:
+            out[name] = replace(deployment, ready=pods, available=pods)
+            continue
+        if not facts.service:
+            continue  # not created yet: decide asks for it
+        out[name] = RevisionState(
+            desired=facts.pods, ready=pods, available=pods,
+            port=deployment.port if deployment else None,
+            args=deployment.args if deployment else None)
+    return ServingVersionsSeen(out, {name: f.template for name, f in versions.items()})

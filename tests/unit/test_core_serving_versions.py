@@ -1,0 +1,84 @@
+"""core/serving_versions.py: what ``decide`` observes of a rollout with adapters, from its
+Deployments (by template), its serving versions' Services and the pods admitted to each set."""
+
+from __future__ import annotations
+
+from inference_rollout.core.serving_versions import ServingVersionFacts as Facts
+from inference_rollout.core.serving_versions import in_place, observe
+from inference_rollout.core.types import RevisionState
+
+T1, T2 = "t1t1t1t1t1", "t2t2t2t2t2"  # template hashes
+A, B = "aaaaaaaaaa", "bbbbbbbbbb"  # adapter sets
+S1, S2, C = "s1s1s1s1s1", "s2s2s2s2s2", "cccccccccc"  # serving versions
+
+
+def moved_in_place(seen: object, stable: str) -> set[str]:
+    templates = seen.templates  # type: ignore[attr-defined]
+    return {sv for sv in templates if in_place(templates, stable, sv)}
+
+
+FLEET = RevisionState(desired=4, ready=4, available=4, port=8000, args=("--enable-lora",))
+
+
+def test_at_rest_the_stable_owns_its_deployment_and_its_ready_pods_are_the_admitted_ones() -> None:
+    seen = observe({T1: FLEET}, {S1: Facts(T1, A, 4)}, {(T1, A): 3}, stable=S1, canary=None)
+    # One pod Ready for Kubernetes but not admitted yet (pending: its adapters not loaded).
+    assert seen.revisions == {S1: RevisionState(4, 3, 3, port=8000, args=("--enable-lora",))}
+    assert moved_in_place(seen, S1) == set()
+
+
+def test_an_adapter_release_is_in_place_with_the_pods_it_was_asked_for() -> None:
+    seen = observe({T1: FLEET}, {S1: Facts(T1, A, 4), S2: Facts(T1, B, 2)},
+                   {(T1, A): 1, (T1, B): 2}, stable=S1, canary=S2)  # one pod moving
+    assert moved_in_place(seen, S1) == {S2}
+    assert seen.revisions[S1].desired == 4 and seen.revisions[S1].ready == 1  # the fleet
+    assert (seen.revisions[S2].desired, seen.revisions[S2].ready) == (2, 2)
+    assert seen.revisions[S2].port == 8000  # the shared template's serving port
+
+
+def test_the_specs_new_version_before_its_service_is_in_place_and_not_yet_a_revision() -> None:
+    """``decide`` then asks for it (EnsureRevision) sized as an in-place canary."""
+    seen = observe({T1: FLEET}, {S1: Facts(T1, A, 4), S2: Facts(T1, B, service=False)},
+                   {(T1, A): 4}, stable=S1, canary=None)
+    assert S2 not in seen.revisions and moved_in_place(seen, S1) == {S2}
+
+
+def test_a_template_release_with_adapters_owns_its_new_deployment() -> None:
+    new = RevisionState(desired=1, ready=1, available=1, port=8000)
+    seen = observe({T1: FLEET, T2: new}, {S1: Facts(T1, A, 4), C: Facts(T2, A, 1)},
+                   {(T1, A): 4}, stable=S1, canary=C)
+    # Ready for Kubernetes, not yet admitted: the weight waits for its adapters.
+    assert (seen.revisions[C].desired, seen.revisions[C].ready) == (1, 0)
+    assert moved_in_place(seen, S1) == set()  # its own pods: sized as a template release
+
+
+def test_after_promotion_the_old_stable_is_in_place_and_holds_no_pod_of_its_own() -> None:
+    seen = observe({T1: FLEET}, {S1: Facts(T1, A, 4), S2: Facts(T1, B, 4)},
+                   {(T1, A): 1, (T1, B): 3}, stable=S2, canary=None)
+    assert seen.revisions[S2] == RevisionState(4, 3, 3, port=8000, args=("--enable-lora",))
+    assert moved_in_place(seen, S2) == {S1} and seen.revisions[S1].ready == 1
+
+
+def test_an_abandoned_canary_of_another_template_is_an_old_revision_not_in_place() -> None:
+    stale = RevisionState(desired=1, ready=1, available=1)
+    seen = observe({T1: FLEET, T2: stale}, {S1: Facts(T1, A, 4), C: Facts(T2, B, 1)},
+                   {(T1, A): 4, (T2, B): 1}, stable=S1, canary=None)
+    assert C in seen.revisions and C not in moved_in_place(seen, S1)
+    assert (seen.revisions[C].desired, seen.revisions[C].ready) == (1, 1)
+
+
+def test_a_version_whose_service_remains_is_a_revision_at_0_so_decide_deletes_it() -> None:
+    """Rolled back and scaled to 0 (its pods back on the stable set), or its template's
+    Deployment gone: while its Service remains, decide must see it to delete it."""
+    seen = observe({T1: FLEET}, {S1: Facts(T1, A, 4), S2: Facts(T1, B, 0), C: Facts(T2, B, 0)},
+                   {(T1, A): 4}, stable=S1, canary=None)
+    assert seen.revisions[S2].desired == seen.revisions[C].desired == 0
+    assert moved_in_place(seen, S1) == {S2}
+
+
+def test_in_place_is_a_non_stable_version_of_the_stables_template() -> None:
+    templates = {S1: T1, S2: T1, C: T2}
+    assert in_place(templates, S1, S2) and in_place(templates, S2, S1)
+    assert not in_place(templates, S1, S1) and not in_place(templates, S1, C)
+    assert not in_place({}, S1, S2)  # a rollout without adapters
+    assert not in_place(templates, None, S2) and not in_place(templates, S1, None)
