@@ -90,7 +90,7 @@ def test_judge(thresholds: dict[str, float], measurement: Measurement, verdict: 
         ({"max": 0.01}, m(0.002), "0.002 ≤ 0.01"),
         ({"max": 0.01}, m(None, samples=3, error=E.TOO_FEW_SAMPLES), "too few samples (3)"),
         ({"max": 0.01}, Measurement(None, error=E.UNREACHABLE, detail="timeout"),
-         "Unreachable timeout"),
+         "Unreachable: timeout"),
         ({"max": 0.01}, m(None), "NoData"),
     ],
 )
@@ -152,7 +152,7 @@ def test_record_keeps_values_threshold_and_error_text() -> None:
     assert (r.value, r.stable_value, r.samples, r.verdict, r.error) == (0.9, 1.0, 250, "Fail", None)
     assert r.threshold == "≥ 0.95× stable"
     r = an.record(metric(max=1), r, Measurement(None, error=E.NO_DATA, detail="empty"), T0)
-    assert (r.verdict, r.error, r.value) == ("Error", "NoData empty", None)
+    assert (r.verdict, r.error, r.value) == ("Error", "NoData: empty", None)
     r = an.record(metric(max=1), r, m(None, samples=2, error=E.TOO_FEW_SAMPLES), T0)
     assert (r.verdict, r.error) == ("Inconclusive", "too few samples (2)")
 

@@ -455,8 +455,9 @@ def test_error_limit_abort_rolls_back() -> None:
     sim.run_until(lambda s: s.status.aborted, limit=60)
     st = sim.status
     assert st.abort_reason == r.ERROR_LIMIT and st.canary_weight == 0
-    assert st.message == ("rolled back: errors n/a (Error: ≤ 0.01) failed to measure 2 times in "
-                          "a row")
+    # The message says what failed to measure, not only that it did.
+    assert st.message == ("rolled back: errors n/a (Error: ≤ 0.01; Unreachable: connection "
+                          "refused) failed to measure 2 times in a row")
     assert sim.world.route == {old: 100, new: 0}
     assert sim.status.phase == "Degraded"
 

@@ -437,8 +437,7 @@ def _analyse(run: _Run) -> bool:
             shown = "n/a" if after.value is None else f"{after.value:.4g}"
             run.event("Warning" if after.verdict == "Fail" else "Normal", r.VERDICT_CHANGED,
                       r.VERDICT_CHANGED_MSG.format(metric=metric.name, verdict=after.verdict,
-                                                   value=shown, threshold=after.threshold
-                                                   + (f"; {after.test}" if after.test else "")))
+                                                   value=shown, threshold=an.judged_against(after)))
     st.last_analysis_at = to_iso(run.now)
     failing = an.failed(spec.analysis, st.analysis)
     if failing:

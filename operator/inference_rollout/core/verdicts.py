@@ -86,7 +86,7 @@ def judge(metric: MetricSpec, m: Measurement, rates: sq.ErrorRates | None = None
     release's earlier steps and the weight a pass hands on (:func:`.sequential.bernoulli`).
     """
     if m.error is not None and m.error is not MeasurementError.TOO_FEW_SAMPLES:
-        return Judgement("Error", f"{m.error.value} {m.detail}".strip())
+        return Judgement("Error", _why(m.error, m.detail))
     seq = (_sequential(metric, m, rates, restarts, carried, exposure) if rates is not None
            else None)
     if seq is not None and seq.covers_all:
@@ -108,7 +108,7 @@ def _point(metric: MetricSpec, m: Measurement, skip_max: bool = False) -> Judgem
             return Judgement("Inconclusive", m.detail)
         return Judgement("Inconclusive", f"too few samples ({m.samples or 0:g})")
     if m.value is None:
-        return Judgement("Error", f"{MeasurementError.NO_DATA.value} {m.detail}".strip())
+        return Judgement("Error", _why(MeasurementError.NO_DATA, m.detail))
     breaches = []
     if metric.max is not None and not skip_max and m.value > metric.max:
         breaches.append(f"{m.value:g} > {metric.max:g}")
@@ -337,16 +337,29 @@ def still_needed(results: dict[str, MetricResult], names: list[str]) -> str:
     return "; ".join(parts)
 
 
+def _why(error: MeasurementError, detail: str) -> str:
+    """``Unreachable: connection refused`` (the kind alone without a detail)."""
+    return f"{error.value}: {detail}" if detail else error.value
+
+
 def summarise(results: dict[str, MetricResult], names: list[str]) -> str:
     """``ttft-p99 0.21 ≤ 0.45; error-rate 0.002 ≤ 0.01`` for messages and Events, with the
     sequential test's state where one ran (``slo-ttft-p99 0.9 (Fail: ≤ 0.45; 5/5 over 0.45 s,
-    p < 0.001: Fail)``)."""
+    p < 0.001: Fail)``) and, for an Error, why (``errors n/a (Error: ≤ 0.01; NoData: …)``)."""
     parts = []
     for n in names:
         r = results.get(n)
         if r is None:
             continue
         shown = "n/a" if r.value is None else f"{r.value:.4g}"
-        test = f"; {r.test}" if r.test else ""
-        parts.append(f"{n} {shown} ({r.verdict}: {r.threshold}{test})")
+        parts.append(f"{n} {shown} ({r.verdict}: {judged_against(r)})")
     return "; ".join(parts)
+
+
+def judged_against(r: MetricResult) -> str:
+    """The threshold, the sequential test's state, and for an Error why it could not be
+    measured: a pause for errors in a row must say what failed (a calibration run paused on
+    ``n/a (Error: ≤ 0.01)`` alone, and the reason was gone from the status by the next look)."""
+    test = f"; {r.test}" if r.test else ""
+    why = f"; {r.error}" if r.verdict == "Error" and r.error else ""
+    return f"{r.threshold}{test}{why}"
