@@ -20,11 +20,14 @@ import httpx
 import pytest
 
 from inference_rollout.api import ADAPTER_SET_PENDING, LABEL_ADAPTER_SET
-from inference_rollout.core.adapter_plan import plan, set_id
+from inference_rollout.core.adapter_plan import plan, serving_version, set_id
 from inference_rollout.core.capacity import in_place_canary_pods
+from inference_rollout.core.revision import revision_name
+from inference_rollout.core.serving_versions import ServingVersionFacts
 from inference_rollout.kube import Kube, load_configuration
 from inference_rollout.workloads.adapter_pods import AdapterPods
 from inference_rollout.workloads.lora import VLLMAdapters
+from inference_rollout.workloads.revisions import Revisions
 from irsandbox import manifests
 from irsandbox.podspec import LABEL_REVISION, LABEL_ROLLOUT
 
@@ -47,10 +50,20 @@ def lora_deployment() -> dict[str, Any]:
     return dep
 
 
-def set_service(name: str, adapter_set: str) -> dict[str, Any]:
-    svc = manifests.service(name, "chat", "lora")
-    svc["spec"]["selector"][LABEL_ADAPTER_SET] = adapter_set
-    return svc
+#: The serving versions of the two sets on the one template ("lora"), and their Services.
+VERSIONS = {S1: serving_version("lora", V1), S2: serving_version("lora", V2)}
+SERVICES = {s: revision_name("chat", v) for s, v in VERSIONS.items()}
+
+
+async def ensure_services(kube: Kube, namespace: str, uid: str,
+                          pods: dict[str, int]) -> dict[str, ServingVersionFacts]:
+    """Each set's Service as the operator writes it (``Revisions.ensure_version``), and the
+    serving versions as it reads them back from the API server."""
+    revisions = Revisions(kube, namespace, "chat", uid)
+    for adapter_set, version in VERSIONS.items():
+        await revisions.ensure_version(
+            version, ServingVersionFacts("lora", adapter_set, pods[adapter_set]), PORT)
+    return await revisions.observe_versions()
 
 
 class Fleet:
@@ -72,7 +85,7 @@ class Fleet:
     def check_promise(self) -> dict[str, int]:
         """Every address in a set's endpoints serves exactly that set; the count per set."""
         counts = {}
-        for adapter_set, name in ((S1, "svc-v1"), (S2, "svc-v2")):
+        for adapter_set, name in SERVICES.items():
             addresses = self.endpoint_addresses(name)
             for ip in addresses:
                 models = httpx.get(f"http://{ip}:{PORT}/v1/models", timeout=5).json()["data"]
@@ -111,29 +124,42 @@ async def drive(pods: AdapterPods, fleet: Fleet, canary: str | None, weight: int
 
 
 def test_the_planner_moves_real_pods_between_adapter_sets_without_a_restart(kit, namespace):
+    # The Services' owner: a rollout object (no operator runs here), so garbage collection,
+    # which deletes what an absent owner owns, leaves them.
+    owner = kit.apply_rollout(namespace, manifests.inference_rollout("chat"))
     kit.create(namespace, lora_deployment())
-    kit.create(namespace, set_service("svc-v1", S1))
-    kit.create(namespace, set_service("svc-v2", S2))
     kit.wait_serving(namespace, f"{LABEL_REVISION}=lora", PODS)
     fleet = Fleet(kit, namespace)
     before = fleet.identities()
-    assert fleet.endpoint_addresses("svc-v1") == set()  # pending pods: in no Service yet
 
-    async def scenario() -> list[dict[str, int]]:
+    async def with_kube(run: Any) -> Any:
         kube = Kube(await load_configuration(kit.env["KUBECONFIG"]))
         try:
-            async with httpx.AsyncClient() as client:
-                pods = AdapterPods(kube, VLLMAdapters(client), namespace)
-                return [await drive(pods, fleet, None, 0),    # new pods get the stable set
-                        await drive(pods, fleet, S2, 20),
-                        await drive(pods, fleet, S2, 50),
-                        await drive(pods, fleet, None, 0)]    # rolled back
+            return await run(kube)
         finally:
             await kube.close()
 
-    steps = asyncio.run(scenario())
+    seen = asyncio.run(with_kube(lambda kube: ensure_services(
+        kube, namespace, owner["metadata"]["uid"], {S1: PODS, S2: 0})))
+    assert seen == {VERSIONS[S1]: ServingVersionFacts("lora", S1, PODS),
+                    VERSIONS[S2]: ServingVersionFacts("lora", S2, 0)}
+    assert fleet.endpoint_addresses(SERVICES[S1]) == set()  # pending pods: in no Service yet
+
+    async def scenario(kube: Kube) -> list[dict[str, int]]:
+        async with httpx.AsyncClient() as client:
+            pods = AdapterPods(kube, VLLMAdapters(client), namespace)
+            return [await drive(pods, fleet, None, 0),    # new pods get the stable set
+                    await drive(pods, fleet, S2, 20),
+                    await drive(pods, fleet, S2, 50),
+                    await drive(pods, fleet, None, 0)]    # rolled back
+
+    steps = asyncio.run(with_kube(scenario))
     k20, k50 = in_place_canary_pods(PODS, 20), in_place_canary_pods(PODS, 50)
     assert steps == [{S1: PODS}, {S2: k20, S1: PODS - k20}, {S2: k50, S1: PODS - k50}, {S1: PODS}]
     time.sleep(1)
     assert fleet.check_promise() == {S1: PODS, S2: 0}
     assert fleet.identities() == before  # the same pods, never restarted
+    # A count asked again is recorded on the existing Service (no new object).
+    again = asyncio.run(with_kube(lambda kube: ensure_services(
+        kube, namespace, owner["metadata"]["uid"], {S1: PODS, S2: 2})))
+    assert again[VERSIONS[S2]].pods == 2

@@ -38,6 +38,10 @@ ADAPTER_SET_MOVING, ADAPTER_SET_PENDING = "moving", "pending"
 #: When the pod's adapter-set label last changed, and the container start its set was read on.
 ANN_ADAPTER_SET_MOVED_AT = f"{GROUP}/adapter-set-moved-at"
 ANN_ADAPTER_SET_VERIFIED_START = f"{GROUP}/adapter-set-verified-start"
+#: On a serving version's Service (a rollout with adapters): the template hash of the Deployment
+#: whose pods it selects, and the pods the decision last asked it to have (docs/adapters.md).
+ANN_SERVING_TEMPLATE = f"{GROUP}/template"
+ANN_SERVING_PODS = f"{GROUP}/adapter-pods"
 #: The last drill's result, written on the rollout by ``kubectl inference-rollout drill`` when it
 #: ends (JSON: id, kind, verdict, summary); the operator records it as an Event and notifies
 #: (the CLI sends nothing itself: it is a client of the API, not a notifier).

@@ -14,6 +14,8 @@ from typing import Any
 
 from ..api import (
     ADAPTER_SET_PENDING,
+    ANN_SERVING_PODS,
+    ANN_SERVING_TEMPLATE,
     API_VERSION,
     KIND,
     LABEL_ADAPTER_SET,
@@ -27,6 +29,7 @@ from ..api import (
 )
 from ..api.spec import GatewayAPITraffic, PodTemplate
 from ..core.revision import revision_name
+from ..core.serving_versions import ServingVersionFacts
 from ..core.types import RevisionState
 from ..kube import KubeError
 from ..kube_protocol import KubeClient
@@ -91,6 +94,37 @@ def service_body(namespace: str, rollout: str, uid: str, revision: str,
         "spec": {"selector": selector,
                  "ports": [{"name": "http", "port": port, "targetPort": port}]},
     }
+
+
+def version_service_body(namespace: str, rollout: str, uid: str, version: str,
+                         facts: ServingVersionFacts, port: int) -> dict[str, Any]:
+    """A serving version's Service (a rollout with adapters): named and labelled by the
+    version (the route's backend, the status' key), selecting its template's pods admitted to
+    its set, and recording both and the pods last asked for (read back by
+    :func:`versions_from_services`)."""
+    body = service_body(namespace, rollout, uid, facts.template, port, facts.adapter_set)
+    body["metadata"] = revision_metadata(namespace, rollout, uid, version)
+    body["metadata"]["annotations"] = {ANN_SERVING_TEMPLATE: facts.template,
+                                       ANN_SERVING_PODS: str(facts.pods)}
+    return body
+
+
+def versions_from_services(items: list[dict[str, Any]]) -> dict[str, ServingVersionFacts]:
+    """The serving versions among a rollout's Services (those with a template annotation and
+    an adapter-set selector), by version.  A count a person edited into something else reads
+    as 0 pods asked for: the next ``EnsureRevision`` writes it again."""
+    out: dict[str, ServingVersionFacts] = {}
+    for svc in items:
+        meta = svc.get("metadata") or {}
+        version = (meta.get("labels") or {}).get(LABEL_REVISION)
+        template = (meta.get("annotations") or {}).get(ANN_SERVING_TEMPLATE)
+        adapter_set = ((svc.get("spec") or {}).get("selector") or {}).get(LABEL_ADAPTER_SET)
+        if not (version and template and adapter_set) or meta.get("deletionTimestamp"):
+            continue
+        pods = str((meta.get("annotations") or {}).get(ANN_SERVING_PODS, ""))
+        out[version] = ServingVersionFacts(template, adapter_set,
+                                           int(pods) if pods.isdigit() else 0)
+    return out
 
 
 def pool_body(namespace: str, rollout: str, uid: str, revision: str, port: int,
@@ -185,6 +219,28 @@ class Revisions:
                 args=args,
             )
         return out
+
+    async def observe_versions(self) -> dict[str, ServingVersionFacts]:
+        """A rollout with adapters: its serving versions, from their Services."""
+        listing = await self.kube.get(self._path("Service"), params={
+            "labelSelector": f"{LABEL_ROLLOUT}={self.rollout}"})
+        return versions_from_services(listing.get("items") or [])
+
+    async def ensure_version(self, version: str, facts: ServingVersionFacts, port: int) -> None:
+        """Create the serving version's Service, or record the pods now asked of it.  Never a
+        Deployment: its pods are its template's, moved by the adapter planner."""
+        path = self._path("Service", version)
+        if await self.kube.get_or_none(path) is None:
+            await self._create_once("Service", version, version_service_body(
+                self.namespace, self.rollout, self.uid, version, facts, port))
+            return
+        try:
+            await self.kube.merge_patch(path, {"metadata": {"annotations": {
+                ANN_SERVING_PODS: str(facts.pods)}}})
+        except KubeError as e:
+            if e.status != 404:  # deleted meanwhile: the next reconcile creates it
+                raise RevisionError(f"recording pods on Service {self._name(version)}: {e}") \
+                    from e
 
     async def orphan(self, revision: str) -> None:
         """Drop the owner reference of the revision's Deployment and Service (and pool), so
