@@ -196,6 +196,25 @@ class Requests(StatusModel):
     resume: bool = False
 
 
+#: Pods listed in ``status.adapterPods`` at most: a larger fleet lists its first pods by name
+#: (the per-version counts in the revisions' Services cover every pod).
+MAX_ADAPTER_PODS = 256
+
+
+class AdapterPod(StatusModel):
+    """One pod of a rollout with adapters, as its own ``/v1/models`` last listed its adapters
+    (docs/adapters.md): rebuilt from the pods at every reconcile, so a crash can never leave a
+    pod serving a version the status does not show."""
+
+    pod: str = Field(max_length=253)
+    version: str | None = Field(
+        None, max_length=64, description="The serving version whose Service selects it; null "
+        "while it is moved or new (in no Service's endpoints).")
+    adapters: dict[str, str] | None = Field(
+        None, description="Adapter name -> the source it was loaded from, of the adapters this "
+        "rollout manages, as the pod lists them; null: the pod did not answer.")
+
+
 class InferenceRolloutStatus(StatusModel):
     phase: Phase | None = None
     observed_generation: int | None = None
@@ -236,6 +255,10 @@ class InferenceRolloutStatus(StatusModel):
     evaluation_running: EvaluationRun | None = Field(
         None, description="The business evaluation begun and not yet recorded (a restart "
         "during it counts as an evaluation error).")
+    adapter_pods: list[AdapterPod] | None = Field(
+        None, max_length=MAX_ADAPTER_PODS,
+        description="A rollout with adapters: each pod and the adapter versions it serves, read "
+        "from the pod itself (null without adapters).")
     conditions: list[Condition] = Field(default_factory=list)
     message: str = ""
     requests: Requests = Field(default_factory=Requests)

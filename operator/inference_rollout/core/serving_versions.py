@@ -25,9 +25,11 @@ Pure: the handler reads, this maps, ``decide`` decides.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
+from ..api.status import MAX_ADAPTER_PODS, AdapterPod
+from .adapter_plan import AdapterSources, PodAdapters
 from .types import RevisionState
 
 
@@ -87,3 +89,20 @@ def observe(deployments: Mapping[str, RevisionState],
             port=deployment.port if deployment else None,
             args=deployment.args if deployment else None)
     return ServingVersionsSeen(out, {name: f.template for name, f in versions.items()})
+
+
+def adapter_pods(pods: Sequence[PodAdapters], sets: Mapping[str, AdapterSources],
+                 version_of_set: Mapping[str, str]) -> list[AdapterPod]:
+    """``status.adapterPods``: each pod, the serving version whose Service selects it by its
+    label (none while it is moved or new), and the managed adapters its own ``/v1/models``
+    lists: what it serves, not what it was asked to load, so a pod restarted under its label
+    shows its Service's version with no adapter until the planner takes it out.  By name; at
+    most ``MAX_ADAPTER_PODS``."""
+    managed = {name for adapters in sets.values() for name in adapters}
+    out = []
+    for p in sorted(pods, key=lambda p: p.name)[:MAX_ADAPTER_PODS]:
+        version = version_of_set.get(p.label) if p.admitted and p.label else None
+        loaded = None if p.loaded is None else {
+            k: v for k, v in sorted(p.loaded.items()) if k in managed}
+        out.append(AdapterPod(pod=p.name, version=version, adapters=loaded))
+    return out
