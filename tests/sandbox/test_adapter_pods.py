@@ -55,14 +55,17 @@ VERSIONS = {S1: serving_version("lora", V1), S2: serving_version("lora", V2)}
 SERVICES = {s: revision_name("chat", v) for s, v in VERSIONS.items()}
 
 
+def facts(adapter_set: str, pods: int) -> ServingVersionFacts:
+    return ServingVersionFacts("lora", adapter_set, pods, adapters=SETS[adapter_set])
+
+
 async def ensure_services(kube: Kube, namespace: str, uid: str,
                           pods: dict[str, int]) -> dict[str, ServingVersionFacts]:
     """Each set's Service as the operator writes it (``Revisions.ensure_version``), and the
     serving versions as it reads them back from the API server."""
     revisions = Revisions(kube, namespace, "chat", uid)
     for adapter_set, version in VERSIONS.items():
-        await revisions.ensure_version(
-            version, ServingVersionFacts("lora", adapter_set, pods[adapter_set]), PORT)
+        await revisions.ensure_version(version, facts(adapter_set, pods[adapter_set]), PORT)
     return await revisions.observe_versions()
 
 
@@ -141,8 +144,7 @@ def test_the_planner_moves_real_pods_between_adapter_sets_without_a_restart(kit,
 
     seen = asyncio.run(with_kube(lambda kube: ensure_services(
         kube, namespace, owner["metadata"]["uid"], {S1: PODS, S2: 0})))
-    assert seen == {VERSIONS[S1]: ServingVersionFacts("lora", S1, PODS),
-                    VERSIONS[S2]: ServingVersionFacts("lora", S2, 0)}
+    assert seen == {VERSIONS[S1]: facts(S1, PODS), VERSIONS[S2]: facts(S2, 0)}
     assert fleet.endpoint_addresses(SERVICES[S1]) == set()  # pending pods: in no Service yet
 
     async def scenario(kube: Kube) -> list[dict[str, int]]:

@@ -8,11 +8,13 @@ import copy
 import pytest
 
 from inference_rollout.api import (
+    ANN_SERVING_ADAPTERS,
     ANN_SERVING_PODS,
     LABEL_ADAPTER_SET,
     LABEL_REVISION,
     LABEL_ROLLOUT,
 )
+from inference_rollout.core.adapter_plan import set_id
 from inference_rollout.core.serving_versions import ServingVersionFacts
 from inference_rollout.workloads.revisions import (
     service_body,
@@ -20,7 +22,9 @@ from inference_rollout.workloads.revisions import (
     versions_from_services,
 )
 
-FACTS = ServingVersionFacts(template="t1t1t1t1t1", adapter_set="aaaaaaaaaa", pods=2)
+ADAPTERS = {"support": "s3://adapters/support/v7", "code": "s3://adapters/code/v3"}
+FACTS = ServingVersionFacts(template="t1t1t1t1t1", adapter_set=set_id(ADAPTERS), pods=2,
+                            adapters=ADAPTERS)
 
 
 def test_a_versions_service_is_named_by_the_version_and_selects_its_templates_admitted_pods(
@@ -29,7 +33,7 @@ def test_a_versions_service_is_named_by_the_version_and_selects_its_templates_ad
     assert svc["metadata"]["name"] == "chat-s2s2s2s2s2"  # the route's backend
     assert svc["metadata"]["labels"][LABEL_REVISION] == "s2s2s2s2s2"
     assert svc["spec"]["selector"] == {LABEL_ROLLOUT: "chat", LABEL_REVISION: "t1t1t1t1t1",
-                                       LABEL_ADAPTER_SET: "aaaaaaaaaa"}
+                                       LABEL_ADAPTER_SET: set_id(ADAPTERS)}
     assert svc["spec"]["ports"] == [{"name": "http", "port": 8000, "targetPort": 8000}]
     (owner,) = svc["metadata"]["ownerReferences"]
     assert owner["uid"] == "uid-1"
@@ -58,3 +62,18 @@ def test_a_service_being_deleted_is_gone_already() -> None:
     gone = copy.deepcopy(svc)
     gone["metadata"]["deletionTimestamp"] = "2026-12-07T12:00:00Z"
     assert versions_from_services([gone]) == {}
+
+
+@pytest.mark.parametrize("edited", [
+    '{"support": "s3://adapters/support/v8", "code": "s3://adapters/code/v3"}',  # another set
+    '{"support": 7}', "[]", "not json", None])
+def test_adapters_that_do_not_hash_to_the_set_are_not_trusted(edited: str | None) -> None:
+    """A rollback loads the stable's set from its Service: a record edited by hand (or lost)
+    must not be loaded into the pods as if it were that set."""
+    svc = version_service_body("serving", "chat", "u", "s2s2s2s2s2", FACTS, 8000)
+    if edited is None:
+        del svc["metadata"]["annotations"][ANN_SERVING_ADAPTERS]
+    else:
+        svc["metadata"]["annotations"][ANN_SERVING_ADAPTERS] = edited
+    facts = versions_from_services([svc])["s2s2s2s2s2"]
+    assert facts.adapters is None and facts.adapter_set == set_id(ADAPTERS)

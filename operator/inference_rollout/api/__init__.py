@@ -42,6 +42,9 @@ ANN_ADAPTER_SET_VERIFIED_START = f"{GROUP}/adapter-set-verified-start"
 #: whose pods it selects, and the pods the decision last asked it to have (docs/adapters.md).
 ANN_SERVING_TEMPLATE = f"{GROUP}/template"
 ANN_SERVING_PODS = f"{GROUP}/adapter-pods"
+#: ... and its adapters (JSON: name -> source), whose hash is its set id: the spec holds only
+#: the newest set, so a rollback reads the stable's from here.
+ANN_SERVING_ADAPTERS = f"{GROUP}/adapters"
 #: The last drill's result, written on the rollout by ``kubectl inference-rollout drill`` when it
 #: ends (JSON: id, kind, verdict, summary); the operator records it as an Event and notifies
 #: (the CLI sends nothing itself: it is a client of the API, not a notifier).

@@ -46,6 +46,10 @@ class ServingVersionFacts:
     #: False for the spec's own version before its Service exists: not yet a revision (decide
     #: asks for it), but already known to be in place or not.
     service: bool = True
+    #: Its adapters (name -> source), which its set id is the hash of; None when the Service's
+    #: record of them is missing or does not hash to its set (edited by hand): the planner then
+    #: never loads that set, since it cannot know what it is.
+    adapters: Mapping[str, str] | None = None
 
 
 @dataclass(frozen=True)

@@ -10,10 +10,12 @@ revision labels, so PromQL (by pod name) and kubectl (by label) can select one r
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any
 
 from ..api import (
     ADAPTER_SET_PENDING,
+    ANN_SERVING_ADAPTERS,
     ANN_SERVING_PODS,
     ANN_SERVING_TEMPLATE,
     API_VERSION,
@@ -28,6 +30,7 @@ from ..api import (
     POOL_VERSION,
 )
 from ..api.spec import GatewayAPITraffic, PodTemplate
+from ..core.adapter_plan import set_id
 from ..core.revision import revision_name
 from ..core.serving_versions import ServingVersionFacts
 from ..core.types import RevisionState
@@ -104,9 +107,22 @@ def version_service_body(namespace: str, rollout: str, uid: str, version: str,
     :func:`versions_from_services`)."""
     body = service_body(namespace, rollout, uid, facts.template, port, facts.adapter_set)
     body["metadata"] = revision_metadata(namespace, rollout, uid, version)
-    body["metadata"]["annotations"] = {ANN_SERVING_TEMPLATE: facts.template,
-                                       ANN_SERVING_PODS: str(facts.pods)}
+    body["metadata"]["annotations"] = {
+        ANN_SERVING_TEMPLATE: facts.template, ANN_SERVING_PODS: str(facts.pods),
+        ANN_SERVING_ADAPTERS: json.dumps(dict(sorted((facts.adapters or {}).items())))}
     return body
+
+
+def _recorded_adapters(text: Any, adapter_set: str) -> dict[str, str] | None:
+    """The adapters a Service records, only if they hash to the set it selects."""
+    try:
+        adapters = json.loads(text) if isinstance(text, str) else None
+    except ValueError:
+        return None
+    if not isinstance(adapters, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in adapters.items()):
+        return None
+    return adapters if set_id(adapters) == adapter_set else None
 
 
 def versions_from_services(items: list[dict[str, Any]]) -> dict[str, ServingVersionFacts]:
@@ -121,9 +137,11 @@ def versions_from_services(items: list[dict[str, Any]]) -> dict[str, ServingVers
         adapter_set = ((svc.get("spec") or {}).get("selector") or {}).get(LABEL_ADAPTER_SET)
         if not (version and template and adapter_set) or meta.get("deletionTimestamp"):
             continue
-        pods = str((meta.get("annotations") or {}).get(ANN_SERVING_PODS, ""))
-        out[version] = ServingVersionFacts(template, adapter_set,
-                                           int(pods) if pods.isdigit() else 0)
+        annotations = meta.get("annotations") or {}
+        pods = str(annotations.get(ANN_SERVING_PODS, ""))
+        out[version] = ServingVersionFacts(
+            template, adapter_set, int(pods) if pods.isdigit() else 0,
+            adapters=_recorded_adapters(annotations.get(ANN_SERVING_ADAPTERS), adapter_set))
     return out
 
 
