@@ -3,8 +3,8 @@ Deployments (by template), its serving versions' Services and the pods admitted 
 
 from __future__ import annotations
 
+from inference_rollout.core.serving_versions import PodTargets, in_place, observe, pod_targets
 from inference_rollout.core.serving_versions import ServingVersionFacts as Facts
-from inference_rollout.core.serving_versions import in_place, observe
 from inference_rollout.core.types import RevisionState
 
 T1, T2 = "t1t1t1t1t1", "t2t2t2t2t2"  # template hashes
@@ -82,3 +82,44 @@ def test_in_place_is_a_non_stable_version_of_the_stables_template() -> None:
     assert not in_place(templates, S1, S1) and not in_place(templates, S1, C)
     assert not in_place({}, S1, S2)  # a rollout without adapters
     assert not in_place(templates, None, S2) and not in_place(templates, S1, None)
+
+
+# --- what the planner is to move each Deployment's pods to ---------------------------------------
+
+
+VA, VB = {"support": "s3://a/v1"}, {"support": "s3://a/v2"}
+
+
+def known(template: str, adapter_set: str, adapters: dict[str, str], pods: int = 0) -> Facts:
+    return Facts(template, adapter_set, pods, adapters=adapters)
+
+
+def test_an_adapter_release_moves_the_asked_count_of_the_stables_pods() -> None:
+    versions = {S1: known(T1, A, VA, 4), S2: known(T1, B, VB, 1)}
+    targets = pod_targets(versions, S1, S2, asked={S2: 2})  # this reconcile asked for 2
+    assert targets == {T1: PodTargets(A, B, 2, {A: VA, B: VB})}
+    recorded = pod_targets(versions, S1, S2, asked={})[T1]
+    assert isinstance(recorded, PodTargets) and recorded.canary_pods == 1  # as recorded
+
+
+def test_at_rest_and_after_a_rollback_every_pod_is_on_the_stable_set() -> None:
+    versions = {S1: known(T1, A, VA, 4), S2: known(T1, B, VB, 0)}
+    assert pod_targets(versions, S1, None, {}) == {T1: PodTargets(A, None, 0, {A: VA, B: VB})}
+
+
+def test_a_promotion_moves_every_pod_to_the_new_stable_set() -> None:
+    versions = {S1: known(T1, A, VA, 4), S2: known(T1, B, VB, 3)}
+    assert pod_targets(versions, S2, None, {})[T1] == PodTargets(B, None, 0, {A: VA, B: VB})
+
+
+def test_a_template_release_loads_its_own_set_on_its_own_pods() -> None:
+    versions = {S1: known(T1, A, VA, 4), C: known(T2, B, VB, 1)}
+    targets = pod_targets(versions, S1, C, {})
+    assert targets[T1] == PodTargets(A, None, 0, {A: VA, B: VB})  # the stable's untouched
+    assert targets[T2] == PodTargets(B, None, 0, {A: VA, B: VB})  # all of C's pods on its set
+
+
+def test_a_set_whose_adapters_are_unknown_is_never_a_target() -> None:
+    versions = {S1: known(T1, A, VA, 4), S2: Facts(T1, B, 1, adapters=None)}
+    reason = pod_targets(versions, S1, S2, {})[T1]
+    assert isinstance(reason, str) and B in reason

@@ -110,3 +110,47 @@ def adapter_pods(pods: Sequence[PodAdapters], sets: Mapping[str, AdapterSources]
             k: v for k, v in sorted(p.loaded.items()) if k in managed}
         out.append(AdapterPod(pod=p.name, version=version, adapters=loaded))
     return out
+
+
+@dataclass(frozen=True)
+class PodTargets:
+    """What the adapter planner (``adapter_plan.plan``) is to move one Deployment's pods to."""
+
+    #: The set every pod not on the canary serves (the owner's).
+    stable_set: str
+    #: An in-place canary's set and how many pods it is to have (None, 0: no canary here).
+    canary_set: str | None
+    canary_pods: int
+    #: Set id -> adapters, for every set the planner may meet on these pods.
+    sets: dict[str, dict[str, str]]
+
+
+def pod_targets(versions: Mapping[str, ServingVersionFacts], stable: str | None,
+                canary: str | None, asked: Mapping[str, int]) -> dict[str, PodTargets | str]:
+    """Per template with an owner (the stable's, else the canary's template), the planner's
+    targets, or why none can be given.  ``asked``: pod counts decided in this reconcile (the
+    decision's ``EnsureRevision``), which win over the counts the Services recorded.
+
+    A set whose adapters are unknown (its Service's record missing or edited) is never a
+    target: its pods stay as they are and the reason is returned, because loading a guess
+    could put a pod in a Service while it serves another version."""
+    sets = {f.adapter_set: dict(f.adapters) for f in versions.values() if f.adapters is not None}
+    out: dict[str, PodTargets | str] = {}
+    for owner in (canary, stable):  # the stable's claim on its template wins
+        if owner is None or owner not in versions:
+            continue
+        template = versions[owner].template
+        facts = versions[owner]
+        moved = canary if owner == stable and in_place(
+            {v: f.template for v, f in versions.items()}, stable, canary) else None
+        wanted = [facts] + ([versions[moved]] if moved is not None else [])
+        unknown = [f.adapter_set for f in wanted if f.adapter_set not in sets]
+        if unknown:
+            out[template] = (f"adapter set {unknown[0]}: its Service does not record adapters "
+                             "that hash to it; its pods are left as they are")
+            continue
+        count = 0 if moved is None else asked.get(moved, versions[moved].pods)
+        out[template] = PodTargets(facts.adapter_set,
+                                   None if moved is None else versions[moved].adapter_set,
+                                   count, sets)
+    return out
