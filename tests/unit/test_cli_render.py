@@ -80,3 +80,25 @@ def test_get_shows_the_probes_a_release_sent() -> None:
         "probeRequests": 1016, "probeSeconds": 12.4}}}
     assert render_rollout(body).splitlines()[-1].endswith(
         "480 canary requests, 1016 probes (12 s); steps at 5s")
+
+
+def test_get_shows_pods_per_serving_version_and_what_each_serves() -> None:
+    """An adapter release (docs/adapters.md): the counts per version, then each pod as its own
+    /v1/models listed it, from status.adapterPods."""
+    body = {"metadata": {"namespace": "prod", "name": "chat"}, "status": {"adapterPods": [
+        {"pod": "chat-t1-a", "version": "s1s1s1s1s1", "adapters": {"support": "s3://a/v1"}},
+        {"pod": "chat-t1-b", "version": "s2s2s2s2s2", "adapters": {"support": "s3://a/v2"}},
+        {"pod": "chat-t1-c", "version": None, "adapters": {}},
+        {"pod": "chat-t1-d", "version": "s1s1s1s1s1", "adapters": None}]}}
+    lines = render_rollout(body).splitlines()
+    start = lines.index("Adapter pods: moving 1, s1s1s1s1s1 2, s2s2s2s2s2 1")
+    rows = [line.split() for line in lines[start + 1:start + 5]]
+    assert rows[0] == ["chat-t1-a", "s1s1s1s1s1", "support=s3://a/v1"]
+    assert rows[1] == ["chat-t1-b", "s2s2s2s2s2", "support=s3://a/v2"]
+    assert rows[2] == ["chat-t1-c", "moving", "(none", "loaded)"]
+    assert rows[3] == ["chat-t1-d", "s1s1s1s1s1", "(no", "answer)"]
+
+
+def test_get_without_adapters_has_no_adapter_lines() -> None:
+    body = {"metadata": {"namespace": "prod", "name": "chat"}, "status": {"adapterPods": None}}
+    assert not any(line.startswith("Adapter") for line in render_rollout(body).splitlines())

@@ -76,6 +76,7 @@ def render_rollout(body: dict[str, Any]) -> str:
     cost = st.get("releaseCost")
     if cost:
         lines.append(_cost_line(cost))
+    lines += _adapter_pod_lines(st.get("adapterPods") or [])
     for c in st.get("conditions") or []:
         if (c.get("status") == "True" and c["type"] in ("Aborted", "Paused")) or (
                 c["type"] in ("Valid", "RouteAccepted") and c.get("status") == "False"):
@@ -100,3 +101,21 @@ def _cost_line(cost: dict[str, Any]) -> str:
             f"beyond steady state, {cost.get('podsStarted', 0)} pods started, "
             f"{cost.get('canaryRequests', 0):.0f} canary requests{rolled}{probes}; "
             f"steps at {steps}")
+
+
+def _adapter_pod_lines(pods: list[dict[str, Any]]) -> list[str]:
+    """A rollout with adapters: pods per serving version (``moving`` for those in none), then
+    each pod and what its own ``/v1/models`` lists (docs/adapters.md)."""
+    if not pods:
+        return []
+    counts: dict[str, int] = {}
+    for p in pods:
+        key = p.get("version") or "moving"
+        counts[key] = counts.get(key, 0) + 1
+    lines = ["Adapter pods: " + ", ".join(f"{v} {n}" for v, n in sorted(counts.items()))]
+    for p in pods:
+        adapters = p.get("adapters")
+        shown = ("(no answer)" if adapters is None else
+                 " ".join(f"{k}={v}" for k, v in sorted(adapters.items())) or "(none loaded)")
+        lines.append(f"  {p.get('pod', '?'):<40} {p.get('version') or 'moving':<12} {shown}")
+    return lines
