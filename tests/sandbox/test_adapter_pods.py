@@ -23,8 +23,9 @@ from inference_rollout.api import ADAPTER_SET_PENDING, LABEL_ADAPTER_SET
 from inference_rollout.core.adapter_plan import plan, serving_version, set_id
 from inference_rollout.core.capacity import in_place_canary_pods
 from inference_rollout.core.revision import revision_name
-from inference_rollout.core.serving_versions import ServingVersionFacts
+from inference_rollout.core.serving_versions import ServingVersionFacts, in_place
 from inference_rollout.kube import Kube, load_configuration
+from inference_rollout.workloads import adapter_world
 from inference_rollout.workloads.adapter_pods import AdapterPods
 from inference_rollout.workloads.lora import VLLMAdapters
 from inference_rollout.workloads.revisions import Revisions
@@ -150,14 +151,26 @@ def test_the_planner_moves_real_pods_between_adapter_sets_without_a_restart(kit,
     async def scenario(kube: Kube) -> list[dict[str, int]]:
         async with httpx.AsyncClient() as client:
             pods = AdapterPods(kube, VLLMAdapters(client), namespace)
-            return [await drive(pods, fleet, None, 0),    # new pods get the stable set
-                    await drive(pods, fleet, S2, 20),
-                    await drive(pods, fleet, S2, 50),
-                    await drive(pods, fleet, None, 0)]    # rolled back
+            steps = [await drive(pods, fleet, None, 0),    # new pods get the stable set
+                     await drive(pods, fleet, S2, 20),
+                     await drive(pods, fleet, S2, 50)]
+            # What decide would see now (the reconciler's observe step, on the real objects).
+            revisions = Revisions(kube, namespace, "chat", owner["metadata"]["uid"])
+            world = await adapter_world.observe(revisions, pods, "chat", "lora", V2,
+                                                VERSIONS[S1], VERSIONS[S2])
+            seen_ready.update({v: r.ready for v, r in world.seen.revisions.items()})
+            assert world.spec_version == VERSIONS[S2]
+            assert in_place(world.seen.templates, VERSIONS[S1], VERSIONS[S2])
+            steps.append(await drive(pods, fleet, None, 0))    # rolled back
+            return steps
 
+    seen_ready: dict[str, int] = {}
     steps = asyncio.run(with_kube(scenario))
     k20, k50 = in_place_canary_pods(PODS, 20), in_place_canary_pods(PODS, 50)
     assert steps == [{S1: PODS}, {S2: k20, S1: PODS - k20}, {S2: k50, S1: PODS - k50}, {S1: PODS}]
+    # At 50 %: the stable's version owns the Deployment, the canary's is in place, and each
+    # is ready with exactly the pods its set holds.
+    assert seen_ready == {VERSIONS[S1]: PODS - k50, VERSIONS[S2]: k50}
     time.sleep(1)
     assert fleet.check_promise() == {S1: PODS, S2: 0}
     assert fleet.identities() == before  # the same pods, never restarted

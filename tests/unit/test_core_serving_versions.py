@@ -3,7 +3,16 @@ Deployments (by template), its serving versions' Services and the pods admitted 
 
 from __future__ import annotations
 
-from inference_rollout.core.serving_versions import PodTargets, in_place, observe, pod_targets
+from datetime import UTC, datetime, timedelta
+
+from inference_rollout.core.adapter_plan import PodAdapters
+from inference_rollout.core.serving_versions import (
+    PodTargets,
+    admitted_counts,
+    in_place,
+    observe,
+    pod_targets,
+)
 from inference_rollout.core.serving_versions import ServingVersionFacts as Facts
 from inference_rollout.core.types import RevisionState
 
@@ -123,3 +132,23 @@ def test_a_set_whose_adapters_are_unknown_is_never_a_target() -> None:
     versions = {S1: known(T1, A, VA, 4), S2: Facts(T1, B, 1, adapters=None)}
     reason = pod_targets(versions, S1, S2, {})[T1]
     assert isinstance(reason, str) and B in reason
+
+
+def test_only_pods_admitted_and_serving_exactly_their_set_count_as_ready() -> None:
+    t0 = datetime(2026, 12, 7, tzinfo=UTC)
+
+    def pod(name: str, label: str | None, loaded: dict[str, str] | None,
+            started: datetime = t0) -> PodAdapters:
+        return PodAdapters(name, serving=loaded is not None, loaded=loaded, label=label,
+                           admitted=label is not None, moved_at=t0,
+                           container_started_at=started, verified_start=t0)
+
+    sets = {A: VA, B: VB}
+    pods = {T1: [pod("ok-a", A, {**VA, "unmanaged": "x"}),  # others' adapters do not matter
+                 pod("ok-b", B, VB),
+                 pod("moving", None, VB),
+                 pod("stale", A, {}, started=t0 + timedelta(minutes=1)),  # restarted
+                 pod("wrong", A, VB),  # its label says A, it serves B
+                 pod("unread", A, None)],
+            T2: [pod("new-b", B, VB)]}
+    assert admitted_counts(pods, sets) == {(T1, A): 1, (T1, B): 1, (T2, B): 1}

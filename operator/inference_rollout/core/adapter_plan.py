@@ -160,6 +160,15 @@ def _serves(loaded: Mapping[str, str], wanted: AdapterSources,
     return {k: v for k, v in loaded.items() if k in managed} == dict(wanted)
 
 
+def in_its_set(p: PodAdapters, sets: Mapping[str, AdapterSources]) -> str | None:
+    """The set ``p`` is admitted to and serves exactly (its label, not stale, its managed
+    adapters those of the set), or None: the pods a set's Service can count on."""
+    if not (p.admitted and p.serving and not p.stale and p.label in sets and p.loaded is not None):
+        return None
+    assert p.label is not None
+    return p.label if _serves(p.loaded, sets[p.label], sets) else None
+
+
 def plan(pods: Sequence[PodAdapters], sets: Mapping[str, AdapterSources], stable: str,
          canary: str | None, canary_count: int, now: datetime,
          drain_seconds: float) -> AdapterPlan:
@@ -180,7 +189,7 @@ def plan(pods: Sequence[PodAdapters], sets: Mapping[str, AdapterSources], stable
         target = want[p.name]
         adapters = sets[target]
         correct = p.loaded is not None and _serves(p.loaded, adapters, sets)
-        if p.admitted and not p.stale and p.label == target and correct:
+        if in_its_set(p, sets) == target:
             in_place[target] = in_place.get(target, 0) + 1
             continue
         if not p.serving or p.loaded is None:

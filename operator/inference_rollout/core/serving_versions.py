@@ -29,7 +29,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from ..api.status import MAX_ADAPTER_PODS, AdapterPod
-from .adapter_plan import AdapterSources, PodAdapters
+from .adapter_plan import AdapterSources, PodAdapters, in_its_set
 from .types import RevisionState
 
 
@@ -153,4 +153,18 @@ def pod_targets(versions: Mapping[str, ServingVersionFacts], stable: str | None,
         out[template] = PodTargets(facts.adapter_set,
                                    None if moved is None else versions[moved].adapter_set,
                                    count, sets)
+    return out
+
+
+def admitted_counts(pods_by_template: Mapping[str, Sequence[PodAdapters]],
+                    sets: Mapping[str, AdapterSources]) -> dict[tuple[str, str], int]:
+    """Pods each (template, set) can count on: admitted, serving, not stale, and serving
+    exactly their set (``adapter_plan.in_its_set``, the planner's own test) -- the ``ready``
+    of the serving versions :func:`observe` reports."""
+    out: dict[tuple[str, str], int] = {}
+    for template, pods in pods_by_template.items():
+        for p in pods:
+            adapter_set = in_its_set(p, sets)
+            if adapter_set is not None:
+                out[(template, adapter_set)] = out.get((template, adapter_set), 0) + 1
     return out
