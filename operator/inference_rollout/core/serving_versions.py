@@ -68,6 +68,22 @@ def in_place(templates: Mapping[str, str], stable: str | None, revision: str | N
     return template is not None and template == templates.get(stable)
 
 
+def owners(versions: Mapping[str, ServingVersionFacts], stable: str | None,
+           canary: str | None) -> dict[str, str]:
+    """Template hash -> the serving version whose pods its Deployment's are: the stable's, else
+    the canary's (a template release with adapters).  Other templates are abandoned."""
+    out: dict[str, str] = {}
+    for live in (canary, stable):  # the stable's claim wins: it is written last
+        if live is not None and live in versions:
+            out[versions[live].template] = live
+    return out
+
+
+def known_sets(versions: Mapping[str, ServingVersionFacts]) -> dict[str, dict[str, str]]:
+    """Set id -> adapters, for every set whose Service records adapters that hash to it."""
+    return {f.adapter_set: dict(f.adapters) for f in versions.values() if f.adapters is not None}
+
+
 def observe(deployments: Mapping[str, RevisionState],
             versions: Mapping[str, ServingVersionFacts],
             admitted: Mapping[tuple[str, str], int],
@@ -75,15 +91,12 @@ def observe(deployments: Mapping[str, RevisionState],
     """``deployments``: by template hash; ``versions``: by serving version (its Service, or the
     spec's own before its Service exists); ``admitted``: pods admitted and in place, by
     (template hash, adapter set); ``stable``/``canary``: the status' serving versions."""
-    owners: dict[str, str] = {}
-    for live in (canary, stable):  # the stable's claim wins: it is written last
-        if live is not None and live in versions:
-            owners[versions[live].template] = live
+    owned = owners(versions, stable, canary)
     out: dict[str, RevisionState] = {}
     for name, facts in versions.items():
         pods = admitted.get((facts.template, facts.adapter_set), 0)
         deployment = deployments.get(facts.template)
-        if owners.get(facts.template) == name and deployment is not None:
+        if owned.get(facts.template) == name and deployment is not None:
             out[name] = replace(deployment, ready=pods, available=pods)
             continue
         if not facts.service:
@@ -134,15 +147,12 @@ def pod_targets(versions: Mapping[str, ServingVersionFacts], stable: str | None,
     A set whose adapters are unknown (its Service's record missing or edited) is never a
     target: its pods stay as they are and the reason is returned, because loading a guess
     could put a pod in a Service while it serves another version."""
-    sets = {f.adapter_set: dict(f.adapters) for f in versions.values() if f.adapters is not None}
+    sets = known_sets(versions)
+    templates = {v: f.template for v, f in versions.items()}
     out: dict[str, PodTargets | str] = {}
-    for owner in (canary, stable):  # the stable's claim on its template wins
-        if owner is None or owner not in versions:
-            continue
-        template = versions[owner].template
+    for template, owner in owners(versions, stable, canary).items():
         facts = versions[owner]
-        moved = canary if owner == stable and in_place(
-            {v: f.template for v, f in versions.items()}, stable, canary) else None
+        moved = canary if owner == stable and in_place(templates, stable, canary) else None
         wanted = [facts] + ([versions[moved]] if moved is not None else [])
         unknown = [f.adapter_set for f in wanted if f.adapter_set not in sets]
         if unknown:

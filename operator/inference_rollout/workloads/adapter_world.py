@@ -34,15 +34,14 @@ async def observe(revisions: Revisions, pods: AdapterPods, rollout: str, spec_te
     spec_version = serving_version(spec_template, spec_adapters)
     versions.setdefault(spec_version, ServingVersionFacts(
         spec_template, set_id(spec_adapters), service=False, adapters=dict(spec_adapters)))
-    live = sorted({versions[v].template for v in (stable, canary) if v in versions})
     observed: dict[str, dict[str, ObservedPod]] = {}
-    for template in live:
+    for template in sorted(serving_versions.owners(versions, stable, canary)):
         deployment = deployments.get(template)
         if deployment is None or deployment.port is None:
             continue  # gone, or a template whose serving port cannot be read: nothing to ask
         observed[template] = await pods.observe(
             {LABEL_ROLLOUT: rollout, LABEL_REVISION: template}, deployment.port)
-    sets = {f.adapter_set: f.adapters for f in versions.values() if f.adapters is not None}
+    sets = serving_versions.known_sets(versions)
     admitted = serving_versions.admitted_counts(
         {t: [o.adapters for o in by_name.values()] for t, by_name in observed.items()}, sets)
     seen = serving_versions.observe(deployments, versions, admitted, stable, canary)
