@@ -50,7 +50,7 @@ def test_a_template_revisions_service_is_not_a_serving_version() -> None:
                                                 adapter_set="aaaaaaaaaa")]) == {}
 
 
-@pytest.mark.parametrize("edited", ["-1", "two", "", "1e3", " 2"])
+@pytest.mark.parametrize("edited", ["-1", "two", "", "1e3", " 2", "9" * 5000, "\u0662"])
 def test_a_pod_count_edited_into_something_else_reads_as_none_asked(edited: str) -> None:
     svc = version_service_body("serving", "chat", "u", "s2s2s2s2s2", FACTS, 8000)
     svc["metadata"]["annotations"][ANN_SERVING_PODS] = edited
@@ -66,7 +66,7 @@ def test_a_service_being_deleted_is_gone_already() -> None:
 
 @pytest.mark.parametrize("edited", [
     '{"support": "s3://adapters/support/v8", "code": "s3://adapters/code/v3"}',  # another set
-    '{"support": 7}', "[]", "not json", None])
+    '{"support": 7}', "[]", "not json", None, "[" * 15000, '{"x": "' + "y" * 20000 + '"}'])
 def test_adapters_that_do_not_hash_to_the_set_are_not_trusted(edited: str | None) -> None:
     """A rollback loads the stable's set from its Service: a record edited by hand (or lost)
     must not be loaded into the pods as if it were that set."""

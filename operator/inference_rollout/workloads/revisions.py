@@ -113,11 +113,21 @@ def version_service_body(namespace: str, rollout: str, uid: str, version: str,
     return body
 
 
+#: The longest adapters record read (the spec allows 8 adapters of a 128-character name and a
+#: 1,024-character source: about 9.3 KB of JSON); a longer one was not written by the operator.
+MAX_RECORDED_ADAPTERS = 16 * 1024
+#: The longest pod count read: more digits than any fleet (and than ``int()`` accepts at all).
+MAX_POD_COUNT_DIGITS = 6
+
+
 def _recorded_adapters(text: Any, adapter_set: str) -> dict[str, str] | None:
-    """The adapters a Service records, only if they hash to the set it selects."""
+    """The adapters a Service records, only if they hash to the set it selects.  Annotations
+    are the tenant's to edit: bounded before parsing, and nesting JSON cannot overflow."""
+    if not isinstance(text, str) or len(text) > MAX_RECORDED_ADAPTERS:
+        return None
     try:
-        adapters = json.loads(text) if isinstance(text, str) else None
-    except ValueError:
+        adapters = json.loads(text)
+    except (ValueError, RecursionError):
         return None
     if not isinstance(adapters, dict) or not all(
             isinstance(k, str) and isinstance(v, str) for k, v in adapters.items()):
@@ -132,15 +142,16 @@ def versions_from_services(items: list[dict[str, Any]]) -> dict[str, ServingVers
     out: dict[str, ServingVersionFacts] = {}
     for svc in items:
         meta = svc.get("metadata") or {}
+        annotations = meta.get("annotations") or {}
         version = (meta.get("labels") or {}).get(LABEL_REVISION)
-        template = (meta.get("annotations") or {}).get(ANN_SERVING_TEMPLATE)
+        template = annotations.get(ANN_SERVING_TEMPLATE)
         adapter_set = ((svc.get("spec") or {}).get("selector") or {}).get(LABEL_ADAPTER_SET)
         if not (version and template and adapter_set) or meta.get("deletionTimestamp"):
             continue
-        annotations = meta.get("annotations") or {}
         pods = str(annotations.get(ANN_SERVING_PODS, ""))
+        counted = pods.isascii() and pods.isdigit() and len(pods) <= MAX_POD_COUNT_DIGITS
         out[version] = ServingVersionFacts(
-            template, adapter_set, int(pods) if pods.isdigit() else 0,
+            template, adapter_set, int(pods) if counted else 0,
             adapters=_recorded_adapters(annotations.get(ANN_SERVING_ADAPTERS), adapter_set))
     return out
 
