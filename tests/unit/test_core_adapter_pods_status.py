@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+from inference_rollout.api.spec import MAX_ADAPTER_SOURCE, MAX_ADAPTERS
 from inference_rollout.api.status import MAX_ADAPTER_PODS, AdapterPod, InferenceRolloutStatus
 from inference_rollout.core.adapter_plan import PodAdapters, set_id
 from inference_rollout.core.serving_versions import adapter_pods
@@ -48,3 +49,16 @@ def test_the_list_is_bounded_and_survives_the_status_round_trip() -> None:
     status = InferenceRolloutStatus(adapter_pods=listed)
     assert InferenceRolloutStatus.parse(status.to_body()).adapter_pods == listed
     assert InferenceRolloutStatus().to_body()["adapterPods"] is None  # no adapters: nothing
+
+
+def test_what_a_pod_reports_is_cut_to_the_status_schemas_bounds() -> None:
+    """A pod runs a tenant's image: a source longer than any the spec accepts is shown cut, and
+    no more names than two sets can hold are listed, so the status always validates."""
+    many = {f"a{i:02d}": "s3://x" for i in range(20)}
+    sets = {"s1": dict(list(many.items())[:10]), "s2": dict(list(many.items())[10:])}
+    long = pod("p-0", None, {**many, "a00": "s3://" + "x" * 5000})
+    (row,) = adapter_pods([long], sets, {})
+    assert row.adapters is not None and len(row.adapters) == 2 * MAX_ADAPTERS
+    assert len(row.adapters["a00"]) == MAX_ADAPTER_SOURCE and row.adapters["a00"].endswith("…")
+    assert InferenceRolloutStatus.parse(
+        InferenceRolloutStatus(adapter_pods=[row]).to_body()).adapter_pods == [row]

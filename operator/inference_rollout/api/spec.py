@@ -79,6 +79,8 @@ MAX_METRICS = 32
 MAX_PARENT_REFS = 32
 MAX_HOSTNAMES = 16
 MAX_ADAPTERS = 8
+#: The longest adapter source (vLLM's lora_path) the spec accepts.
+MAX_ADAPTER_SOURCE = 1024
 #: An adapter's name is the model name clients send (vLLM's ``lora_name``): letters, digits and
 #: ``._:/-``, starting and ending with a letter or digit (no spaces, quotes or control bytes that
 #: would be ambiguous in a JSON request, a PromQL label or a log line).
@@ -791,7 +793,7 @@ class AdapterSpec(Model):
 
     name: str = Field(min_length=1, max_length=128, pattern=ADAPTER_NAME_PATTERN,
                       description="The model name clients ask for (vLLM's lora_name).")
-    source: str = Field(min_length=1, max_length=1024, pattern=r"^\S+$",
+    source: str = Field(min_length=1, max_length=MAX_ADAPTER_SOURCE, pattern=r"^\S+$",
                         description="What vLLM loads it from (lora_path): a path or URI.")
     base_model: str | None = Field(
         None, min_length=1, max_length=256,

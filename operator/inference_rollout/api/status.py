@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 from pydantic.alias_generators import to_camel
 
 from . import DRILL_ID_PATTERN, HASH_LENGTH, REVISION_PATTERN, TIMESTAMP_PATTERN
+from .spec import MAX_ADAPTER_SOURCE, MAX_ADAPTERS
 
 Phase = Literal["Healthy", "Progressing", "Paused", "Degraded"]
 Verdict = Literal["Pass", "Fail", "Error", "Inconclusive"]
@@ -210,9 +211,10 @@ class AdapterPod(StatusModel):
     version: str | None = Field(
         None, max_length=64, description="The serving version whose Service selects it; null "
         "while it is moved or new (in no Service's endpoints).")
-    adapters: dict[str, str] | None = Field(
-        None, description="Adapter name -> the source it was loaded from, of the adapters this "
-        "rollout manages, as the pod lists them; null: the pod did not answer.")
+    adapters: dict[str, Annotated[str, Field(max_length=MAX_ADAPTER_SOURCE)]] | None = Field(
+        None, max_length=2 * MAX_ADAPTERS, description="Adapter name -> the source it was loaded "
+        "from, of the adapters this rollout manages (the stable's and the canary's), as the pod "
+        "lists them; null: the pod did not answer.")
 
 
 class InferenceRolloutStatus(StatusModel):

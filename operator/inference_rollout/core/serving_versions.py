@@ -28,6 +28,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
+from ..api.spec import MAX_ADAPTER_SOURCE, MAX_ADAPTERS
 from ..api.status import MAX_ADAPTER_PODS, AdapterPod
 from .adapter_plan import AdapterSources, PodAdapters, in_its_set
 from .types import RevisionState
@@ -114,15 +115,23 @@ def adapter_pods(pods: Sequence[PodAdapters], sets: Mapping[str, AdapterSources]
     label (none while it is moved or new), and the managed adapters its own ``/v1/models``
     lists: what it serves, not what it was asked to load, so a pod restarted under its label
     shows its Service's version with no adapter until the planner takes it out.  By name; at
-    most ``MAX_ADAPTER_PODS``."""
+    most ``MAX_ADAPTER_PODS``, and per pod the status schema's bounds: the first
+    ``2 * MAX_ADAPTERS`` names (the stable's and the canary's sets), and a source longer than
+    any the spec accepts (what a pod reports is its own) cut with ``…``."""
     managed = {name for adapters in sets.values() for name in adapters}
     out = []
     for p in sorted(pods, key=lambda p: p.name)[:MAX_ADAPTER_PODS]:
         version = version_of_set.get(p.label) if p.admitted and p.label else None
+        ours = sorted((k, v) for k, v in (p.loaded or {}).items() if k in managed)
         loaded = None if p.loaded is None else {
-            k: v for k, v in sorted(p.loaded.items()) if k in managed}
+            k: _bounded_source(v) for k, v in ours[:2 * MAX_ADAPTERS]}
         out.append(AdapterPod(pod=p.name, version=version, adapters=loaded))
     return out
+
+
+def _bounded_source(source: str) -> str:
+    return (source if len(source) <= MAX_ADAPTER_SOURCE
+            else source[:MAX_ADAPTER_SOURCE - 1] + "…")
 
 
 @dataclass(frozen=True)
