@@ -41,6 +41,14 @@ def _parser() -> argparse.ArgumentParser:
     op.add_argument("--service-proxy", default=None, metavar="URL",
                     help="send the business evaluation's requests to revision Services through "
                          "this HTTP forward proxy (when the operator runs outside the cluster)")
+    lora = op.add_argument_group("LoRA adapter releases, a preview (docs/adapters.md)")
+    lora.add_argument("--adapter-releases", action="store_true",
+                      help="carry out adapter releases (spec.adapters): adapters loaded into "
+                           "running pods, no new pod. Default: off (a rollout naming adapters "
+                           "is Valid=False)")
+    lora.add_argument("--adapter-drain-seconds", type=float, default=3.0, metavar="S",
+                      help="how long a pod out of its Service's endpoints drains before its "
+                           "adapters change (default 3)")
     tenancy = op.add_argument_group("tenancy (docs/security.md)")
     allow = tenancy.add_mutually_exclusive_group()
     allow.add_argument("--prometheus-allow", action="append", default=[], metavar="URL",
@@ -114,6 +122,8 @@ def run_operator(args: argparse.Namespace) -> int:
     handlers.Runtime.prometheus_allow = tuple(args.prometheus_allow)
     handlers.Runtime.prometheus_allow_any = bool(args.prometheus_allow_any)
     handlers.Runtime.confine_queries = bool(args.confine_queries)
+    handlers.Runtime.adapter_releases = bool(args.adapter_releases)
+    handlers.Runtime.adapter_drain_seconds = max(0.0, float(args.adapter_drain_seconds))
     handlers.Runtime.clusterwide = bool(args.all_namespaces)
     handlers.Runtime.namespace_patterns = tuple(args.namespaces or ())
     handlers.Runtime.notify = Settings(allow=tuple(args.notify_allow),

@@ -84,6 +84,8 @@ class Runtime:
     prometheus_allow: tuple[str, ...] = ()  # --prometheus-allow (docs/security.md)
     prometheus_allow_any: bool = False  # --prometheus-allow-any: the opt-out
     confine_queries: bool = True  # --confine-queries, on unless --no-confine-queries
+    adapter_releases: bool = False  # --adapter-releases (docs/adapters.md)
+    adapter_drain_seconds: float = 3.0  # --adapter-drain-seconds
     clusterwide: bool = True  # --all-namespaces; else the deletion watchdog runs
     namespace_patterns: tuple[str, ...] = ()  # --namespace (the watchdog's scope, with served)
     notify: Settings = Settings()  # --notify-allow, --notify-secret (docs/notifications.md)
@@ -164,6 +166,8 @@ async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
                         prometheus_allow=Runtime.prometheus_allow,
                         prometheus_allow_any=Runtime.prometheus_allow_any,
                         confine_queries=Runtime.confine_queries,
+                        adapter_releases=Runtime.adapter_releases,
+                        adapter_drain_seconds=Runtime.adapter_drain_seconds,
                         notifier=Notifier(kube, Runtime.notify),
                         wake=_wake)
     app = web.Application()
@@ -211,6 +215,8 @@ async def cleanup(**_: Any) -> None:
         Runtime.watchdog.cancel()
     if Runtime.deps is not None and Runtime.deps.notifier is not None:
         await Runtime.deps.notifier.aclose(drain_seconds=5.0)
+    if Runtime.deps is not None and Runtime.deps.lora is not None:
+        await Runtime.deps.lora.client.aclose()
 
 
 async def _metrics(_request: web.Request) -> web.Response:

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol, TypeVar
 
+import httpx
 from pydantic import ValidationError
 
 from . import operator_metrics
@@ -88,6 +89,17 @@ from .paths import rollout_path
 from .traffic.gateway import HTTPRouteRouter
 from .traffic.header_routes import HeaderRouting
 from .traffic.router import RouteError, RouteMissing, RouteState, TrafficRouter
+from .workloads.adapter_pods import AdapterPods
+from .workloads.adapter_release import (
+    VersionRevisions,
+    blocked,
+    move_pods,
+    status_pods,
+    version_pods,
+)
+from .workloads.adapter_world import AdapterWorld
+from .workloads.adapter_world import observe as observe_adapters
+from .workloads.lora import VLLMAdapters
 from .workloads.revisions import RevisionError, Revisions
 
 log = logging.getLogger("inference_rollout")
@@ -101,6 +113,17 @@ EXPECTED_ERRORS = (RouteError, RevisionError, KubeError)
 NAMESPACE_TERMINATING = "because it is being terminated"
 #: vLLM's own default port: the last resort for a stable with no Service and no backendRef left.
 DEFAULT_SERVING_PORT = 8000
+#: A pod leaving a set's endpoints waits this long before its adapters change: the endpoint
+#: slice and the gateway drop it within about a second; the rest is for requests in flight.
+ADAPTER_DRAIN_SECONDS = 3.0
+#: Adapters added without a template change to pods started without them (no adapter-set
+#: label, perhaps no --enable-lora): refused, since no pod of theirs can be moved safely.
+ADAPTERS_ON_PLAIN_PODS = (
+    "spec.adapters: this rollout's pods were started without adapters; add spec.adapters in the "
+    "same edit as a template change (for instance the --enable-lora flag an adapter needs), "
+    "which releases new pods that load them before they take traffic")
+#: How soon a reconcile follows one that moved pods: the next move waits on reading them back.
+ADAPTER_MOVE_POLL_SECONDS = 0.5
 
 
 class PooledSource(MetricSource, Protocol):
@@ -142,6 +165,18 @@ class Deps:
     probers: Probers | None = None
     #: Wakes a rollout's reconcile loop now (the handlers' daemon); None: nothing to wake.
     wake: Callable[[str, str], None] | None = None
+    #: ``--adapter-releases`` (a preview, docs/adapters.md): rollouts may name adapters.
+    adapter_releases: bool = False
+    #: How long a pod taken out of its Service's endpoints drains before its adapters change.
+    adapter_drain_seconds: float = ADAPTER_DRAIN_SECONDS
+    lora: VLLMAdapters | None = None
+
+    def adapter_pods(self, namespace: str) -> AdapterPods:
+        """The pods of a rollout with adapters, read and moved through one shared client (to
+        each pod's own address, through ``service_proxy`` when there is one)."""
+        if self.lora is None:
+            self.lora = VLLMAdapters(httpx.AsyncClient(proxy=self.service_proxy, trust_env=False))
+        return AdapterPods(self.kube, self.lora, namespace)
 
     def probes(self) -> Probers:
         if self.probers is None:
@@ -264,19 +299,30 @@ async def _reconcile(deps: Deps, body: dict[str, Any]) -> float:
         return IDLE_SECONDS
     revisions = Revisions(deps.kube, ns, name, uid, spec.traffic.gateway_api)
     now = deps.now()
-    world_revisions = await revisions.observe()
+    adapters = _adapter_world(deps, spec, status, body, ns, name, revisions)
+    if adapters is not None:
+        seen = await adapters
+        world_revisions, templates, spec_key = (seen.seen.revisions, seen.seen.templates,
+                                                seen.spec_version)
+    else:
+        seen, templates, spec_key = None, {}, template_hash(body["spec"]["template"])
+        world_revisions = await revisions.observe()
     router = _router(deps, body, spec.traffic, spec.template.serving_port(), world_revisions)
     stable_seen = world_revisions.get(status.stable_revision or "")
-    invalid = validation.problems(spec, name) + deps.lint_errors(
+    invalid = validation.problems(spec, name, deps.adapter_releases) + deps.lint_errors(
         body, stable_seen.args if stable_seen else None)
+    if seen is not None and spec.adapters and status.stable_revision == template_hash(
+            body["spec"]["template"]) and status.stable_revision not in seen.versions:
+        invalid.append(ADAPTERS_ON_PLAIN_PODS)
     route = await _route(router, deleting)
     measurements = None
     if analysis_due(spec, status, now, _bad_news_at(deps, ns, name, status)) and not deleting:
         async with outside_slot(deps):
-            measurements = await _measure(deps, spec, status, ns, name)
+            measurements = await _measure(deps, spec, status, ns, name,
+                                          None if seen is None else version_pods(seen))
         now = deps.now()
     evaluation = None
-    if not deleting and evaluation_due(spec, status, now, world_revisions):
+    if not deleting and evaluation_due(spec, status, now, world_revisions, templates):
         # Recorded as begun first: if this process dies during the run, the next one counts
         # it as an error instead of starting it again at once (core/evaluation_gate.py).
         begun_status = evaluation_begun(status, now)
@@ -287,8 +333,9 @@ async def _reconcile(deps: Deps, body: dict[str, Any]) -> float:
         now = deps.now()
     world = Observation(
         generation=generation,
-        template_hash=template_hash(body["spec"]["template"]),
+        template_hash=spec_key,
         revisions=world_revisions,
+        templates=templates,
         route=None if route is None else route.weights,
         route_acceptance=None if route is None else route.acceptance,
         route_header_routes=NO_HEADER_ROUTES if route is None else route.header_routes,
@@ -303,6 +350,11 @@ async def _reconcile(deps: Deps, body: dict[str, Any]) -> float:
     )
     decision = decide(spec, status, world, now)
     decided_at = time.monotonic()
+    acting: Revisions | VersionRevisions = revisions
+    if seen is not None:
+        decision.status.adapter_pods = status_pods(seen)
+        acting = VersionRevisions(revisions, seen, decision.status.stable_revision,
+                                  decision.status.canary_revision)
     if decision.rolled_back:
         # A rollback is recorded before traffic moves: if the process dies in between, the
         # next reconcile reads `aborted` and finishes moving it; it can never decide anew from
@@ -312,12 +364,12 @@ async def _reconcile(deps: Deps, body: dict[str, Any]) -> float:
         try:
             # Traffic moves next, before the Events are told: each Event is a round trip
             # or two, and users are on the failing canary until the route is written.
-            await apply_actions(deps, body, decision, revisions, router, spec.template,
+            await apply_actions(deps, body, decision, acting, router, spec.template,
                                 world.template_hash)
         finally:
             await post_events(deps, body, decision)  # recorded: told even if a write failed
     else:
-        await apply_actions(deps, body, decision, revisions, router, spec.template,
+        await apply_actions(deps, body, decision, acting, router, spec.template,
                             world.template_hash)
         await write_status(deps, body, status, decision.status)
         await post_events(deps, body, decision)
@@ -330,8 +382,11 @@ async def _reconcile(deps: Deps, body: dict[str, Any]) -> float:
     if deleting and decision.deletion_hold > 0:
         raise DeletionHeld(decision.deletion_hold, sorted(
             rev for rev in decision.status.old_revisions if rev in world_revisions))
+    requeue = IDLE_SECONDS if decision.requeue_after is None else decision.requeue_after
+    if seen is not None and not deleting:
+        requeue = min(requeue, await _move_adapter_pods(deps, seen, decision, ns, name))
     # 0 is a real answer ("look again now": e.g. measure right after a weight change).
-    return IDLE_SECONDS if decision.requeue_after is None else decision.requeue_after
+    return requeue
 
 
 @asynccontextmanager
@@ -485,6 +540,36 @@ def _bad_news_at(deps: Deps, ns: str, name: str,
     return datetime.fromtimestamp(found.bad_at, UTC)
 
 
+def _adapter_world(deps: Deps, spec: InferenceRolloutSpec, status: InferenceRolloutStatus,
+                   body: dict[str, Any], ns: str, name: str,
+                   revisions: Revisions) -> Awaitable[AdapterWorld] | None:
+    """The observe step of a rollout with adapters (None: a rollout without).  A rollout that
+    served adapters stays one when they are removed (its Services are its serving versions';
+    the next release unloads them), so ``status.adapterPods`` being there counts too."""
+    if not deps.adapter_releases or not (spec.adapters or status.adapter_pods is not None):
+        return None
+    wanted = {a.name: a.source for a in spec.adapters or ()}
+    return observe_adapters(revisions, deps.adapter_pods(ns), name,
+                            template_hash(body["spec"]["template"]), wanted,
+                            status.stable_revision, status.canary_revision)
+
+
+async def _move_adapter_pods(deps: Deps, seen: AdapterWorld, decision: Decision, ns: str,
+                             name: str) -> float:
+    """One round of pod moves toward what the decision asked; seconds until the next look."""
+    st = decision.status
+    moved = await move_pods(deps.adapter_pods(ns), seen, st.stable_revision,
+                            st.canary_revision, decision.actions, deps.now(),
+                            deps.adapter_drain_seconds)
+    for why in moved.held:
+        log.warning("%s/%s: %s", ns, name, why)
+    for pod, why in blocked(moved).items():
+        log.warning("%s/%s: pod %s: %s (retried)", ns, name, pod, why)
+    if moved.moved:
+        return ADAPTER_MOVE_POLL_SECONDS
+    return IDLE_SECONDS if moved.wake_in is None else moved.wake_in
+
+
 def _probe_counts(deps: Deps, ns: str, name: str, canary: str | None) -> ProbeCounts | None:
     found = deps.probing(ns, name, canary)
     if found is None:
@@ -520,12 +605,14 @@ def _steer_probes(deps: Deps, spec: InferenceRolloutSpec, status: InferenceRollo
 
 
 async def _measure(deps: Deps, spec: InferenceRolloutSpec, status: InferenceRolloutStatus,
-                   ns: str, name: str) -> dict[str, Measurement]:
+                   ns: str, name: str,
+                   pods: dict[str, tuple[str, ...]] | None = None) -> dict[str, Measurement]:
+    """``pods``: a rollout with adapters, each serving version's pods by name."""
     assert status.canary_revision is not None
     metrics = [m for m in spec.analysis.effective_metrics if m.template not in PROBE_TEMPLATES]
     out = _measure_probes(deps, spec, status, ns, name)
     if metrics:
-        out.update(await _measure_prometheus(deps, spec, status, ns, name, metrics))
+        out.update(await _measure_prometheus(deps, spec, status, ns, name, metrics, pods))
     return out
 
 
@@ -551,7 +638,8 @@ def _measure_probes(deps: Deps, spec: InferenceRolloutSpec, status: InferenceRol
 
 async def _measure_prometheus(deps: Deps, spec: InferenceRolloutSpec,
                               status: InferenceRolloutStatus, ns: str, name: str,
-                              metrics: list[MetricSpec]) -> dict[str, Measurement]:
+                              metrics: list[MetricSpec],
+                              pods: dict[str, tuple[str, ...]] | None) -> dict[str, Measurement]:
     assert status.canary_revision is not None and spec.analysis.prometheus is not None
     try:
         source = await deps.source_for(spec, ns)
@@ -570,7 +658,7 @@ async def _measure_prometheus(deps: Deps, spec: InferenceRolloutSpec,
         since=None if started is None else started.timestamp(),
         # The weight in force: set, and accepted by the gateway (the hold has started).
         weight=status.canary_weight if held_from is not None else None,
-        weight_since=None if held_from is None else held_from.timestamp())
+        weight_since=None if held_from is None else held_from.timestamp(), pods=pods)
 
 
 async def _evaluate(deps: Deps, spec: InferenceRolloutSpec, status: InferenceRolloutStatus,
@@ -609,7 +697,7 @@ async def _evaluate(deps: Deps, spec: InferenceRolloutSpec, status: InferenceRol
 
 
 async def apply_actions(deps: Deps, body: dict[str, Any], decision: Decision,
-                        revisions: Revisions, router: TrafficRouter,
+                        revisions: Revisions | VersionRevisions, router: TrafficRouter,
                         template: PodTemplate, template_revision: str) -> None:
     """Carry out the core's actions in order.  A failed write stops the rest: later actions may
     rely on it (no scale-down before traffic has moved), and the next reconcile retries.

@@ -212,6 +212,12 @@ def test_a_good_adapter_release_moves_each_steps_share_and_never_adds_a_pod(mode
                                 for _, d in s.seen for a in d.actions), limit=1200)
     sim.run(10)
     assert sim.world.pods.get(SV2) == FLEET and sim.world.in_flight() == FLEET
+    # Its cost: no pod started, no pod beyond the fleet, and the scale subresource saw the
+    # fleet once throughout (core/scale.py counts an in-place version's pods as the stable's).
+    cost = sim.status.release_cost
+    assert cost is not None and cost.outcome == "Promoted"
+    assert (cost.pods_started, cost.pod_seconds, cost.gpu_seconds) == (0, 0, 0)
+    assert {d.status.replicas for _, d in sim.seen} == {FLEET}
 
 
 def test_a_bad_adapter_release_goes_to_weight_0_first_then_its_pods_go_back() -> None:

@@ -189,3 +189,17 @@ def test_scaling_with_no_release_scales_the_stable() -> None:
     sim.run(4)
     assert pods(sim) == {sim.stable: (7, 7)}
     assert sim.status.phase == "Healthy" and sim.status.replicas == 7
+
+
+def test_an_adapter_canary_on_the_stables_pods_is_counted_and_selected_once() -> None:
+    """An adapter release's two serving versions share one Deployment (docs/adapters.md): the
+    scale subresource reports its pods once and selects them by their template's label, which
+    is what the pods carry (a selector naming the versions would match no pod)."""
+    status = InferenceRolloutStatus(stable_revision=STABLE, canary_revision=CANARY)
+    world = Observation(generation=1, template_hash=CANARY, revisions={
+        STABLE: RevisionState(4, 3, 3), CANARY: RevisionState(1, 1, 1)},
+        templates={STABLE: "cccccccccc", CANARY: "cccccccccc"})
+    assert serving_pods(status, world, ()) == 4
+    assert serving_pods(status, world, (EnsureRevision(CANARY, 2),)) == 4
+    assert serving_selector("chat", status, world.templates) == (
+        f"{LABEL_ROLLOUT}=chat,{LABEL_REVISION} in (cccccccccc)")

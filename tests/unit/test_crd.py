@@ -34,6 +34,7 @@ from pydantic import ValidationError
 from inference_rollout.api import GROUP, KIND, PLURAL, SHORT_NAMES, SINGULAR, crd
 from inference_rollout.api.duration import DurationError, parse_duration
 from inference_rollout.api.spec import ADAPTERS_NOT_BUILT, MAX_STEPS, InferenceRolloutSpec
+from inference_rollout.core import validation
 from irsandbox.manifests import user_rollout
 
 REPO = Path(__file__).resolve().parents[2]
@@ -615,15 +616,26 @@ def test_invalid_manifests_are_rejected_naming_the_field(
         InferenceRolloutSpec.model_validate(body["spec"])
 
 
-def test_adapters_pass_the_api_server_and_are_refused_whole_by_this_operator() -> None:
-    """spec.adapters is designed (docs/adapters.md) but not carried out yet: the API server
-    stores a well-formed one, and the models refuse the spec with the message that says so."""
+def test_adapters_pass_the_api_server_and_are_refused_unless_adapter_releases_are_on() -> None:
+    """spec.adapters is a preview (docs/adapters.md): the API server stores a well-formed one,
+    the models parse it, and the operator refuses it (Valid=False, the message saying so)
+    unless it runs with --adapter-releases."""
     body = patched({"replicas": 2, "adapters": [ADAPTER, {**ADAPTER, "name": "code"}]})
     _, errors = apply(body)
     assert errors == []
+    spec = InferenceRolloutSpec.model_validate(body["spec"])
+    assert ADAPTERS_NOT_BUILT in validation.problems(spec, "chat")
+    assert ADAPTERS_NOT_BUILT not in validation.problems(spec, "chat", adapter_releases=True)
+    without = InferenceRolloutSpec.model_validate({**body["spec"], "adapters": None})
+    assert validation.problems(without, "chat") == []
+
+
+def test_adapters_cannot_ride_an_inference_pool() -> None:
+    body = patched({"replicas": 2, "adapters": [ADAPTER]})
+    body["spec"]["traffic"]["gatewayAPI"]["backendKind"] = "InferencePool"
     with pytest.raises(ValidationError) as e:
         InferenceRolloutSpec.model_validate(body["spec"])
-    assert ADAPTERS_NOT_BUILT in str(e.value)
+    assert "backendKind: Service" in str(e.value)
 
 
 def test_docs_example_is_valid() -> None:

@@ -800,12 +800,13 @@ class AdapterSpec(Model):
         description="The base model it was trained on; a pod serving another --model is refused.")
 
 
-#: Until the reconciler carries adapter releases, a spec naming adapters is refused whole (never
-#: half-applied): the message says what to do meanwhile.
+#: Unless the operator runs with ``--adapter-releases`` (docs/adapters.md), a spec naming adapters
+#: is refused whole (``Valid=False``, never half-applied): the message says what to do.
 ADAPTERS_NOT_BUILT = (
     "spec.adapters: adapter releases are designed (docs/adapters.md) but not yet carried out by "
-    "this operator version; remove spec.adapters, and meanwhile release an adapter with a new "
-    "template (vLLM's --lora-modules name=path)")
+    "this operator version unless it runs with --adapter-releases (a preview); remove "
+    "spec.adapters, and meanwhile release an adapter with a new template (vLLM's --lora-modules "
+    "name=path)")
 
 
 # --- the whole spec -------------------------------------------------------------------------------
@@ -839,8 +840,11 @@ class InferenceRolloutSpec(Model):
                 "spec.replicas: an adapter release splits the running pods between two adapter "
                 f"versions, which needs at least 2 (it is {self.replicas}); raise "
                 "spec.replicas or remove spec.adapters")
-        if self.adapters:
-            raise ValueError(ADAPTERS_NOT_BUILT)
+        if self.adapters and self.traffic.gateway_api.backend_kind == "InferencePool":
+            raise ValueError(
+                "spec.adapters: an adapter release splits one revision's pods between two "
+                "Services, which an InferencePool (it selects a whole revision) cannot carry; set "
+                "spec.traffic.gatewayAPI.backendKind: Service or remove spec.adapters")
         return self
 
     @model_validator(mode="after")

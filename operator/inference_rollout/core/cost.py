@@ -26,7 +26,7 @@ Pure: it reads the decision's input and output, never the clock or the API.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 
 from ..api import reasons as r
@@ -34,6 +34,7 @@ from ..api.duration import format_duration
 from ..api.spec import InferenceRolloutSpec, PodTemplate
 from ..api.status import InferenceRolloutStatus, ReleaseCost
 from .scale import pods_after
+from .serving_versions import shares_pods
 from .timeutil import from_iso, to_iso
 from .types import Action, Observation
 
@@ -69,7 +70,7 @@ def account(spec: InferenceRolloutSpec, after: InferenceRolloutStatus, world: Ob
     gave it its outcome.  ``actions``: the decision's; the pods it leaves are what the next
     interval is charged for (so a decision made again after a crash, with some of its actions
     already applied, records exactly the same)."""
-    pods = pods_after(world, actions)
+    pods = pods_after(world, actions, after.stable_revision)
     cost = after.release_cost
     canary = after.canary_revision
     ended: ReleaseCost | None = None
@@ -77,7 +78,7 @@ def account(spec: InferenceRolloutSpec, after: InferenceRolloutStatus, world: Ob
         cost = cost.model_copy(deep=True)
         _charge(cost, spec, pods, now)
         if cost.outcome is None:
-            _progress(cost, after, pods, now)
+            _progress(cost, after, pods, world.templates, now)
             _probes(cost, world)
             # Rolled back: the canary stays named (Degraded) until the template changes.
             if canary != cost.revision or after.aborted:
@@ -88,7 +89,7 @@ def account(spec: InferenceRolloutSpec, after: InferenceRolloutStatus, world: Ob
         cost = ReleaseCost(revision=canary, started_at=after.step_entered_at or to_iso(now),
                            accounted_at=to_iso(now))
         _charge(cost, spec, pods, now)
-        _progress(cost, after, pods, now)
+        _progress(cost, after, pods, world.templates, now)
         _probes(cost, world)
     return cost, ended
 
@@ -132,9 +133,11 @@ def _charge(cost: ReleaseCost, spec: InferenceRolloutSpec, pods: dict[str, int],
 
 
 def _progress(cost: ReleaseCost, after: InferenceRolloutStatus, pods: dict[str, int],
-              now: datetime) -> None:
-    """Steps reached, pods started and requests counted while the release runs."""
-    desired = pods.get(cost.revision, 0)
+              templates: Mapping[str, str], now: datetime) -> None:
+    """Steps reached, pods started and requests counted while the release runs.  An adapter
+    release's version shares its template's pods with the stable (``shares_pods``): it starts
+    none, also when promotion makes it their owner."""
+    desired = 0 if shares_pods(templates, cost.revision) else pods.get(cost.revision, 0)
     cost.pods_started += max(0, desired - cost.canary_desired)
     cost.canary_desired = desired
     live = after.canary_revision == cost.revision

@@ -166,7 +166,7 @@ def decide(
         if ended is not None:
             run.event("Normal", r.RELEASE_COST, cost.summary(ended))
     st.replicas = serving_pods(st, world, run.actions)
-    st.selector = serving_selector(world.rollout, st)
+    st.selector = serving_selector(world.rollout, st, world.templates)
     st.message = _message(run)
     apply_conditions(spec, st, world, now)
     requeue = min([*run.wakeups, IDLE_SECONDS])

@@ -69,6 +69,14 @@ def in_place(templates: Mapping[str, str], stable: str | None, revision: str | N
     return template is not None and template == templates.get(stable)
 
 
+def shares_pods(templates: Mapping[str, str], revision: str) -> bool:
+    """Another serving version runs on ``revision``'s template: an adapter release's two
+    versions, whose pods are one Deployment's (none of them started for the release)."""
+    template = templates.get(revision)
+    return template is not None and any(
+        t == template for rev, t in templates.items() if rev != revision)
+
+
 def owners(versions: Mapping[str, ServingVersionFacts], stable: str | None,
            canary: str | None) -> dict[str, str]:
     """Template hash -> the serving version whose pods its Deployment's are: the stable's, else

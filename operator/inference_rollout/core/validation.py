@@ -14,7 +14,7 @@ from pydantic import ValidationError
 
 from ..api import DNS_1035_LABEL, DNS_1123_LABEL, DNS_1123_SUBDOMAIN, REVISION_PATTERN
 from ..api import reasons as r
-from ..api.spec import InferenceRolloutSpec
+from ..api.spec import ADAPTERS_NOT_BUILT, InferenceRolloutSpec
 from ..api.status import InferenceRolloutStatus
 from .conditions import set_condition
 from .revision import MAX_ROLLOUT_NAME
@@ -22,9 +22,12 @@ from .timeutil import to_iso
 from .types import NO_HEADER_ROUTES, HeaderRoute, SetWeights
 
 
-def problems(spec: InferenceRolloutSpec, name: str) -> list[str]:
-    """Problems with an otherwise well-formed spec (the rollout's own name, here)."""
+def problems(spec: InferenceRolloutSpec, name: str, adapter_releases: bool = False) -> list[str]:
+    """Problems with an otherwise well-formed spec: the rollout's own name, and adapters when
+    this operator does not carry adapter releases (``--adapter-releases`` off)."""
     out = []
+    if spec.adapters and not adapter_releases:
+        out.append(ADAPTERS_NOT_BUILT)
     if len(name) > MAX_ROLLOUT_NAME:
         out.append(
             f"metadata.name: {len(name)} characters is too long; revision objects are named "
@@ -37,7 +40,6 @@ def problems(spec: InferenceRolloutSpec, name: str) -> list[str]:
             "'-', starting with a letter); the revisions' Deployments and Services are named "
             "<name>-<hash>: recreate the rollout under such a name"
         )
-    del spec  # reserved for checks that need the spec; lints come from inference_rollout.budget
     return out
 
 

@@ -12,6 +12,7 @@ from ..api import LABEL_REVISION, LABEL_ROLLOUT
 from ..core import serving_versions
 from ..core.adapter_plan import serving_version, set_id
 from ..core.serving_versions import ServingVersionFacts, ServingVersionsSeen
+from ..core.types import RevisionState
 from .adapter_pods import AdapterPods, ObservedPod
 from .revisions import Revisions
 
@@ -24,6 +25,8 @@ class AdapterWorld:
     #: The pods of the stable's and the canary's templates, by template, then by pod name.
     pods: dict[str, dict[str, ObservedPod]]
     spec_version: str
+    #: The rollout's Deployments, by template hash.
+    deployments: dict[str, RevisionState]
 
 
 async def observe(revisions: Revisions, pods: AdapterPods, rollout: str, spec_template: str,
@@ -45,4 +48,11 @@ async def observe(revisions: Revisions, pods: AdapterPods, rollout: str, spec_te
     admitted = serving_versions.admitted_counts(
         {t: [o.adapters for o in by_name.values()] for t, by_name in observed.items()}, sets)
     seen = serving_versions.observe(deployments, versions, admitted, stable, canary)
-    return AdapterWorld(seen, versions, observed, spec_version)
+    # A Deployment no serving version runs on is a revision of this rollout from before it had
+    # adapters (or its Services were lost): a plain revision, observed as without adapters, so
+    # decide keeps it (the stable) or scales it away like any old revision.
+    used = {f.template for f in versions.values()}
+    for template, deployment in deployments.items():
+        if template not in used and template not in seen.revisions:
+            seen.revisions[template] = deployment
+    return AdapterWorld(seen, versions, observed, spec_version, deployments)

@@ -271,11 +271,11 @@ class Revisions:
                 raise RevisionError(f"recording pods on Service {self._name(version)}: {e}") \
                     from e
 
-    async def orphan(self, revision: str) -> None:
-        """Drop the owner reference of the revision's Deployment and Service (and pool), so
-        garbage collection leaves them to the user's route when the rollout goes."""
-        kinds = ["Deployment", "Service"] + (["InferencePool"] if self.pools is not None else [])
-        for kind in kinds:
+    async def orphan(self, revision: str, kinds: tuple[str, ...] | None = None) -> None:
+        """Drop the owner reference of the revision's Deployment and Service (and pool), or of
+        its ``kinds`` only, so garbage collection leaves them to the user's route when the
+        rollout goes."""
+        for kind in kinds or self._kinds():
             try:
                 await self.kube.merge_patch(self._path(kind, revision), {"metadata": {
                     "ownerReferences": None, "labels": {LABEL_REVISION: revision}}})
@@ -284,7 +284,7 @@ class Revisions:
                     raise RevisionError(f"orphaning {kind} {self._name(revision)}: {e}") from e
 
     async def ensure(self, revision: str, replicas: int, template: PodTemplate | None,
-                     template_revision: str) -> None:
+                     template_revision: str, *, adapters: bool = False) -> None:
         """Scale the revision's Deployment, creating it (and its Service) if missing.  A missing
         revision can only be created from the spec's template, i.e. when it is the spec's one.
 
@@ -292,7 +292,11 @@ class Revisions:
         revision only while its Deployment is missing or at another size, so a crash between
         the two creations must leave the Deployment missing, not the Service (the sandbox's
         chaos run found canaries whose Service never came, the gateway answering their share
-        with 500 and ``BackendNotFound``)."""
+        with 500 and ``BackendNotFound``).
+
+        ``adapters``: a rollout with adapters, whose Services are its serving versions'
+        (:meth:`ensure_version`, written first): the template's own Service, which would
+        select its pods whatever set they serve, is never made, and new pods start ``pending``."""
         try:
             await self.kube.merge_patch(self._path("Deployment", revision),
                                         {"spec": {"replicas": replicas}})
@@ -304,11 +308,13 @@ class Revisions:
                     f"Deployment {self._name(revision)} is gone and its template is no longer in "
                     "the spec; recreate it by re-applying that template, or change the template "
                     "to start a new release") from e
-            await self._ensure_backends(revision, template)
+            if not adapters:
+                await self._ensure_backends(revision, template)
             await self._create_once("Deployment", revision, deployment_body(
-                self.namespace, self.rollout, self.uid, revision, template, replicas))
+                self.namespace, self.rollout, self.uid, revision, template, replicas, adapters))
             return
-        if replicas > 0 and template is not None and revision == template_revision:
+        if replicas > 0 and template is not None and revision == template_revision \
+                and not adapters:
             await self._ensure_backends(revision, template)
 
     async def _ensure_backends(self, revision: str, template: PodTemplate) -> None:
@@ -338,10 +344,13 @@ class Revisions:
             why = if_no_api if e.status == 404 and if_no_api else str(e)
             raise RevisionError(f"creating {kind} {self._name(revision)}: {why}") from e
 
-    async def delete(self, revision: str) -> None:
-        kinds = ["Deployment", "Service"] + (["InferencePool"] if self.pools is not None else [])
-        for kind in kinds:
+    async def delete(self, revision: str, kinds: tuple[str, ...] | None = None) -> None:
+        for kind in kinds or self._kinds():
             await self.kube.delete(self._path(kind, revision))
+
+    def _kinds(self) -> tuple[str, ...]:
+        """The kinds of object every revision has."""
+        return ("Deployment", "Service") + (("InferencePool",) if self.pools is not None else ())
 
     def _name(self, revision: str) -> str:
         return f"{self.namespace}/{revision_name(self.rollout, revision)}"
