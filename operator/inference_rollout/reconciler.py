@@ -33,6 +33,7 @@ from pydantic import ValidationError
 
 from . import operator_metrics
 from .api import ANN_LAST_DRILL, DRILL_ID_PATTERN
+from .api import reasons as r
 from .api.spec import (
     PROBE_TEMPLATES,
     InferenceRolloutSpec,
@@ -94,7 +95,9 @@ from .workloads.adapter_release import (
     VersionRevisions,
     blocked,
     move_pods,
+    released_adapter,
     status_pods,
+    unread,
     version_pods,
 )
 from .workloads.adapter_world import AdapterWorld
@@ -172,10 +175,11 @@ class Deps:
     lora: VLLMAdapters | None = None
 
     def adapter_pods(self, namespace: str) -> AdapterPods:
-        """The pods of a rollout with adapters, read and moved through one shared client (to
-        each pod's own address, through ``service_proxy`` when there is one)."""
+        """The pods of a rollout with adapters, read and moved through one shared client, at
+        each pod's own address: never through ``service_proxy``, which forwards to Services
+        (a pod's adapters are its own; through a Service another pod would answer)."""
         if self.lora is None:
-            self.lora = VLLMAdapters(httpx.AsyncClient(proxy=self.service_proxy, trust_env=False))
+            self.lora = VLLMAdapters(httpx.AsyncClient(trust_env=False))
         return AdapterPods(self.kube, self.lora, namespace)
 
     def probes(self) -> Probers:
@@ -329,7 +333,9 @@ async def _reconcile(deps: Deps, body: dict[str, Any]) -> float:
         await write_status(deps, body, status, begun_status)
         status = begun_status
         async with outside_slot(deps):
-            evaluation = await _evaluate(deps, spec, status, ns, name, world_revisions)
+            evaluation = await _evaluate(deps, spec, status, ns, name, world_revisions,
+                                         released_adapter(seen, status.stable_revision,
+                                                          status.canary_revision))
         now = deps.now()
     world = Observation(
         generation=generation,
@@ -352,7 +358,7 @@ async def _reconcile(deps: Deps, body: dict[str, Any]) -> float:
     decided_at = time.monotonic()
     acting: Revisions | VersionRevisions = revisions
     if seen is not None:
-        decision.status.adapter_pods = status_pods(seen)
+        decision.status.adapter_pods = status_pods(seen) or None
         acting = VersionRevisions(revisions, seen, decision.status.stable_revision,
                                   decision.status.canary_revision)
     if decision.rolled_back:
@@ -378,13 +384,15 @@ async def _reconcile(deps: Deps, body: dict[str, Any]) -> float:
         operator_metrics.REGISTRY.observe("inference_rollout_decision_to_write_seconds",
                                    time.monotonic() - decided_at)
     _export(ns, name, decision, measurements, evaluation is not None)
-    _steer_probes(deps, spec, decision.status, ns, name, world_revisions, deleting)
+    _steer_probes(deps, spec, decision.status, ns, name, world_revisions, deleting,
+                  released_adapter(seen, decision.status.stable_revision,
+                                   decision.status.canary_revision))
     if deleting and decision.deletion_hold > 0:
         raise DeletionHeld(decision.deletion_hold, sorted(
             rev for rev in decision.status.old_revisions if rev in world_revisions))
     requeue = IDLE_SECONDS if decision.requeue_after is None else decision.requeue_after
     if seen is not None and not deleting:
-        requeue = min(requeue, await _move_adapter_pods(deps, seen, decision, ns, name))
+        requeue = min(requeue, await _move_adapter_pods(deps, body, seen, decision, ns, name))
     # 0 is a real answer ("look again now": e.g. measure right after a weight change).
     return requeue
 
@@ -545,8 +553,8 @@ def _adapter_world(deps: Deps, spec: InferenceRolloutSpec, status: InferenceRoll
                    revisions: Revisions) -> Awaitable[AdapterWorld] | None:
     """The observe step of a rollout with adapters (None: a rollout without).  A rollout that
     served adapters stays one when they are removed (its Services are its serving versions';
-    the next release unloads them), so ``status.adapterPods`` being there counts too."""
-    if not deps.adapter_releases or not (spec.adapters or status.adapter_pods is not None):
+    the next release unloads them), so pods listed in ``status.adapterPods`` count too."""
+    if not deps.adapter_releases or not (spec.adapters or status.adapter_pods):
         return None
     wanted = {a.name: a.source for a in spec.adapters or ()}
     return observe_adapters(revisions, deps.adapter_pods(ns), name,
@@ -554,17 +562,25 @@ def _adapter_world(deps: Deps, spec: InferenceRolloutSpec, status: InferenceRoll
                             status.stable_revision, status.canary_revision)
 
 
-async def _move_adapter_pods(deps: Deps, seen: AdapterWorld, decision: Decision, ns: str,
-                             name: str) -> float:
-    """One round of pod moves toward what the decision asked; seconds until the next look."""
+async def _move_adapter_pods(deps: Deps, body: dict[str, Any], seen: AdapterWorld,
+                             decision: Decision, ns: str, name: str) -> float:
+    """One round of pod moves toward what the decision asked; seconds until the next look.
+    A refused move is a Warning Event too (``AdapterMoveFailed``; the same one again is
+    counted on it): a step that waits on it says why where users look."""
     st = decision.status
     moved = await move_pods(deps.adapter_pods(ns), seen, st.stable_revision,
                             st.canary_revision, decision.actions, deps.now(),
                             deps.adapter_drain_seconds)
     for why in moved.held:
         log.warning("%s/%s: %s", ns, name, why)
+    for pod in unread(seen):
+        log.warning("%s/%s: pod %s serves but its /v1/models could not be read: it is left "
+                    "as it is until it answers", ns, name, pod)
     for pod, why in blocked(moved).items():
         log.warning("%s/%s: pod %s: %s (retried)", ns, name, pod, why)
+        with contextlib.suppress(KubeError):  # an Event lost is logged above already
+            await deps.post_event(body, RecordEvent("Warning", r.ADAPTER_MOVE_FAILED,
+                                                    f"pod {pod}: {why}"[:1000]))
     if moved.moved:
         return ADAPTER_MOVE_POLL_SECONDS
     return IDLE_SECONDS if moved.wake_in is None else moved.wake_in
@@ -580,9 +596,10 @@ def _probe_counts(deps: Deps, ns: str, name: str, canary: str | None) -> ProbeCo
 
 def _steer_probes(deps: Deps, spec: InferenceRolloutSpec, status: InferenceRolloutStatus,
                   ns: str, name: str, revisions: dict[str, RevisionState],
-                  deleting: bool) -> None:
+                  deleting: bool, adapter: str | None = None) -> None:
     """Probe the canary and the stable from the canary's first Ready pod until the release
-    ends (promoted, rolled back, replaced) or the rollout goes; otherwise no probes."""
+    ends (promoted, rolled back, replaced) or the rollout goes; otherwise no probes.
+    ``adapter``: an adapter release's model name, which the probes ask for on both sides."""
     probes, canary, stable = spec.analysis.probes, status.canary_revision, status.stable_revision
     seen = revisions.get(canary or "")
     if (probes is None or deleting or canary is None or stable is None or status.aborted
@@ -594,7 +611,7 @@ def _steer_probes(deps: Deps, spec: InferenceRolloutSpec, status: InferenceRollo
     stable_port = (stable_seen.port if stable_seen and stable_seen.port
                    else spec.template.serving_port())
     try:
-        model = served_model(spec.template)
+        model = adapter or served_model(spec.template)
     except ValueError:
         return  # the template names no model: the lints say so
     ttft = next((m.max for m in spec.analysis.effective_metrics
@@ -662,10 +679,11 @@ async def _measure_prometheus(deps: Deps, spec: InferenceRolloutSpec,
 
 
 async def _evaluate(deps: Deps, spec: InferenceRolloutSpec, status: InferenceRolloutStatus,
-                    ns: str, name: str,
-                    world_revisions: dict[str, RevisionState]) -> EvaluationOutcome:
+                    ns: str, name: str, world_revisions: dict[str, RevisionState],
+                    adapter: str | None = None) -> EvaluationOutcome:
     """Run the business evaluation set against canary and stable; any problem is an error
-    outcome (retried by the gate, never a pass)."""
+    outcome (retried by the gate, never a pass).  ``adapter``: an adapter release's model
+    name, which the cases are sent to on both sides (the base model did not change)."""
     ev, canary, stable = spec.evaluation, status.canary_revision, status.stable_revision
     assert ev is not None and canary is not None and stable is not None
     ref = ev.config_map_ref
@@ -676,7 +694,7 @@ async def _evaluate(deps: Deps, spec: InferenceRolloutSpec, status: InferenceRol
         # off the event loop: checking a large case list's patterns takes time, and every
         # tenant's reconciles wait on the loop
         cases = await asyncio.to_thread(parse_cases, text, ev.sample_size)
-        model = served_model(spec.template)
+        model = adapter or served_model(spec.template)
         stable_state = world_revisions.get(stable)
         stable_port = (stable_state.port if stable_state and stable_state.port
                        else spec.template.serving_port())

@@ -170,9 +170,13 @@ class TrafficWatch:
     :meth:`start` to :meth:`stop`, every answer kept: what users saw *throughout* an action
     (a deletion, a kill), where a burst afterwards sees only the state it ends in."""
 
-    def __init__(self, env: dict[str, str], host: str, rate: float = 40) -> None:
-        self.url, self.host, self.rate = env["GATEWAY_URL"], host, rate
+    def __init__(self, env: dict[str, str], host: str, rate: float = 40,
+                 model: str = SIM_MODEL) -> None:
+        """``model``: the model name requests ask for (a LoRA adapter's, say)."""
+        self.url, self.host, self.rate, self.model = env["GATEWAY_URL"], host, rate, model
         self.report: LoadReport | None = None
+        #: (wall-clock time of the answer, the pod that answered, its error or "").
+        self.answers: list[tuple[float, str, str]] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
         self._ready = threading.Event()
@@ -182,8 +186,10 @@ class TrafficWatch:
         async def go() -> LoadReport:
             self._loop, self._stop = asyncio.get_running_loop(), asyncio.Event()
             self._ready.set()
-            return await run_load(self.url, model=SIM_MODEL, host=self.host, rate=self.rate,
-                                  stop=self._stop, concurrency=64, max_tokens=4, timeout=10)
+            return await run_load(self.url, model=self.model, host=self.host, rate=self.rate,
+                                  stop=self._stop, concurrency=64, max_tokens=4, timeout=10,
+                                  on_result=lambda r: self.answers.append(
+                                      (time.time(), r.pod, r.error)))
         self.report = asyncio.run(go())
 
     def start(self) -> TrafficWatch:

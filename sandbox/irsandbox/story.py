@@ -234,10 +234,13 @@ class Then:
         return measure_shares(self.story.env, self.story.release.host, requests)
 
     @contextlib.contextmanager
-    def traffic_throughout(self, rate: float = 40) -> Iterator[TrafficWatch]:
-        """Requests at ``rate``/s for as long as the block runs; ``.report`` after it: what
-        users saw during the block's action, every answer counted."""
-        watch = TrafficWatch(self.story.env, self.story.release.host, rate).start()
+    def traffic_throughout(self, rate: float = 40,
+                           model: str | None = None) -> Iterator[TrafficWatch]:
+        """Requests at ``rate``/s (for ``model``: the simulator's base model by default) for as
+        long as the block runs; ``.report`` after it: what users saw during the block's
+        action, every answer counted."""
+        watch = TrafficWatch(self.story.env, self.story.release.host, rate,
+                             **({"model": model} if model else {})).start()
         try:
             yield watch
         finally:

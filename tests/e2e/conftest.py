@@ -34,8 +34,11 @@ def operator_process(cluster: Cluster) -> Iterator[OperatorProcess]:
     # Only the tests' namespaces (a kopf glob): other operators on the same sandbox (the RBAC
     # proof, benchmarks) own theirs, and two operators must never drive one rollout.
     prefix = os.environ.get("IR_E2E_PREFIX", "e2e")
+    # With adapter releases on (a preview, docs/adapters.md): tests/e2e/test_adapter_release.py
+    # releases adapters; a rollout without adapters is carried exactly as without the flag.
     op = OperatorProcess(cluster.env, log_name=f"operator-{prefix}", namespaces=[f"{prefix}-*"],
-                         metrics_port=free_port(), liveness_port=free_port())
+                         metrics_port=free_port(), liveness_port=free_port(),
+                         extra_args=("--adapter-releases", "--adapter-drain-seconds", "1"))
     op.start()
     yield op
     op.stop()

@@ -65,12 +65,14 @@ def test_a_release_with_a_lint_error_gets_valid_false_and_no_traffic(
     assert st["stableRevision"] == v1
 
 
-def test_a_spec_naming_adapters_is_refused_whole_until_adapter_releases_are_carried_out(
+def test_adapters_on_pods_without_lora_are_refused_whole(
         cluster: Cluster, operator_process: OperatorProcess, namespace: str) -> None:
-    """spec.adapters is in the API (its schema and CEL rules admit this one) but the reconciler
-    does not carry adapter releases yet (docs/adapters.md): the operator says so on the Valid
-    condition and changes nothing, and taking the field out again restores the rollout."""
-    # Given a rollout Healthy on v1
+    """An adapter needs vLLM's runtime LoRA (``--enable-lora``, runtime updating on): a spec
+    naming one on a template without it is refused on the Valid condition, naming the flag,
+    and nothing moves; taking the field out again restores the rollout.  (Without the
+    operator's ``--adapter-releases`` every spec naming adapters is refused:
+    ``tests/unit/test_crd.py``.)"""
+    # Given a rollout Healthy on v1, its vLLM without --enable-lora
     rel = Release(cluster, operator_process, namespace,
                   sandbox_rollout("lora", prometheus=cluster.env["PROMETHEUS_URL"]))
     rel.apply()
@@ -82,10 +84,10 @@ def test_a_spec_naming_adapters_is_refused_whole_until_adapter_releases_are_carr
     with_adapter["spec"]["adapters"] = [{"name": "support", "source": "/adapters/support/v1"}]
     rel.apply(with_adapter)
 
-    # Then Valid is False with the message that says what to do, and nothing moves
+    # Then Valid is False naming the flag to add, and nothing moves
     st = rel.wait(lambda s: condition(s, "Valid").get("status") == "False", 60, "Valid=False")
-    assert "adapter releases are designed (docs/adapters.md) but not yet carried out" in (
-        condition(st, "Valid")["message"]), st
+    assert "LORA-ADAPTERS-NEED-LORA" in condition(st, "Valid")["message"], st
+    assert "--enable-lora" in condition(st, "Valid")["message"], st
     stays_on(rel, v1, seconds=10)
     assert cluster.deployments(namespace) == deployments  # no pod was started or stopped
 

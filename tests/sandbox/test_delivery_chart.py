@@ -456,3 +456,20 @@ def test_install_dry_run_server_then_install_and_upgrade(
     finally:
         helm("uninstall", release, "--namespace", ns, kubeconfig=kubeconfig, check=False,
              timeout=120)
+
+
+def test_adapter_releases_add_the_flag_and_only_the_rules_they_need() -> None:
+    """adapterReleases.enabled (docs/adapters.md): the operator's flags, and two verbs more
+    (Services listed, pods' labels patched), nothing else."""
+    docs = render("watch.mode=namespaces", "watch.namespaces={team-a}",
+                  "adapterReleases.enabled=true", "adapterReleases.drainSeconds=2")
+    (role,) = [r for r in operator_roles(docs) if r["kind"] == "Role"]
+    wanted = dict(NAMESPACED_RULES)
+    wanted[("", "services")] = [*wanted[("", "services")], "list"]
+    wanted[("", "pods")] = [*wanted[("", "pods")], "patch"]
+    assert rule_map(role["rules"]) == wanted
+    args = deployment(docs)["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[args.index("--adapter-releases") + 1:][:2] == ["--adapter-drain-seconds", "2"]
+    off = render("watch.mode=namespaces", "watch.namespaces={team-a}")
+    assert "--adapter-releases" not in deployment(off)["spec"]["template"]["spec"][
+        "containers"][0]["args"]

@@ -20,6 +20,7 @@ The status objects the operator writes along the way are fed to the Argo CD heal
 from __future__ import annotations
 
 import base64
+import copy
 import importlib.util
 import re
 import subprocess
@@ -40,7 +41,7 @@ from test_delivery_manifests import install_crd, sandbox_cluster
 
 from irsandbox.cluster import Cluster
 from irsandbox.common import free_port, wait_for
-from irsandbox.harness import BackgroundLoad, OperatorProcess
+from irsandbox.harness import BackgroundLoad, OperatorProcess, TrafficWatch
 from irsandbox.manifests import httproute, sandbox_rollout, with_template
 from irsandbox.story import Release
 
@@ -183,8 +184,11 @@ def install(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Itera
     cluster.create_namespace(watched)
     api = None
     try:
+        # With adapter releases on (a preview): release C below runs one under the identity,
+        # and the module proves the two verbs it adds (services list, pods patch) suffice.
         sa, path = install_for_a_process(cluster, release, release_ns, [watched],
-                                         tmp_path_factory.mktemp("rbac"))
+                                         tmp_path_factory.mktemp("rbac"),
+                                         "adapterReleases.enabled=true")
         api = config.new_client_from_config(config_file=str(path))
         yield Install(release, release_ns, watched, sa, path, api)
     finally:
@@ -207,7 +211,8 @@ def operator(cluster: Cluster, install: Install) -> Iterator[OperatorProcess]:
                          liveness_port=free_port(),
                          extra_args=("--leader-elect", "--leader-election-namespace",
                                      install.release_ns, "--leader-election-id",
-                                     f"{install.release}-inference-rollout"))
+                                     f"{install.release}-inference-rollout",
+                                     "--adapter-releases", "--adapter-drain-seconds", "1"))
     op.start()
     yield op
     op.stop()
@@ -303,6 +308,34 @@ def _release_a(cluster: Cluster, install: Install, rel: Release, ns: str) -> Non
         load.stop()
 
 
+def _release_c(cluster: Cluster, operator: OperatorProcess, ns: str) -> None:
+    """An adapter release: v1 loaded into new pods, then v2 moved through every step and
+    promoted, under load on the adapter's model name (tests/e2e/test_adapter_release.py
+    proves the release itself)."""
+    manifest = sandbox_rollout("rbac-c", prometheus=cluster.env["PROMETHEUS_URL"], replicas=2,
+                               steps=[{"weight": 50, "pause": "10s"}, {"weight": 100}])
+    vllm = manifest["spec"]["template"]["spec"]["containers"][0]
+    vllm["args"] += ["--enable-lora", "--max-loras", "2"]
+    vllm["env"] = [{"name": "VLLM_ALLOW_RUNTIME_LORA_UPDATING", "value": "true"}]
+    manifest["spec"]["adapters"] = [{"name": "support", "source": "/adapters/support/v1"}]
+    rel = Release(cluster, operator, ns, manifest)
+    rel.apply()
+    v1 = rel.wait_healthy()["stableRevision"]
+    watch = TrafficWatch(cluster.env, rel.host, rate=10, model="support").start()
+    try:
+        changed = copy.deepcopy(rel.manifest)
+        changed["spec"]["adapters"] = [{"name": "support", "source": "/adapters/support/v2"}]
+        rel.apply(changed)
+        v2 = rel.wait_canary()
+        assert v2 != v1
+        st = _healthy_resuming_after_outages(cluster, rel, ns, v2)
+        assert {p.get("version") for p in st["adapterPods"]} <= {v1, v2}
+        rel.wait(lambda s: {p.get("version") for p in s.get("adapterPods") or []} == {v2}, 60,
+                 "every pod on v2")
+    finally:
+        watch.stop()
+
+
 def test_a_whole_release_runs_under_the_charts_identity(
     cluster: Cluster, install: Install, operator: OperatorProcess
 ) -> None:
@@ -350,9 +383,12 @@ def test_a_whole_release_runs_under_the_charts_identity(
     assert st["canaryWeight"] == 0 and cluster.route_weights(ns, "b-route")[f"rbac-b-{b1}"] == 100
     snapshot(install, cluster, ns, "rbac-b", "Degraded")
 
-    # Deleting both: the finalizer returns traffic to stable, the user route's stable backend
+    # Release C: an adapter release (pods relabelled, Services listed), promoted
+    _release_c(cluster, operator, ns)
+
+    # Deleting all: the finalizer returns traffic to stable, the user route's stable backend
     # is orphaned so garbage collection leaves it serving
-    for name in ("rbac-a", "rbac-b"):
+    for name in ("rbac-a", "rbac-b", "rbac-c"):
         cluster.delete_rollout(ns, name)
     wait_for(
         lambda: not cluster.rollouts(ns),

@@ -24,7 +24,7 @@ KIND = ROOT / "deploy" / "kind"
 KIND_ROLLOUTS = sorted(KIND.glob("rollout*.yaml"))
 EXPECTED = {"latency-chat.yaml", "throughput-70b-tp4.yaml", "owned-route.yaml",
             "inferencepool-backend.yaml", "business-metric.yaml", "gateway-view.yaml",
-            "sessions-and-testers.yaml", "probes.yaml"}
+            "sessions-and-testers.yaml", "probes.yaml", "lora-adapters.yaml"}
 
 
 def rollouts(path: Path) -> list[dict[str, Any]]:

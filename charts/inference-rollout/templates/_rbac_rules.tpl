@@ -50,15 +50,25 @@ namespace in namespaces mode). */}}
 # Each revision's Service (the route's backend).
 #   get    - does it exist yet; create - once per revision; patch - the orphaning above;
 #   delete - with its revision.
+{{- if .Values.adapterReleases.enabled }}
+#   list   - adapter releases (adapterReleases.enabled): each serving version's Service, read
+#            back by the rollout's label; patch also records the pods asked of it.
+{{- end }}
 - apiGroups: [""]
   resources: ["services"]
-  verbs: ["get", "create", "patch", "delete"]
+  verbs: ["get", "create", "patch", "delete"{{ if .Values.adapterReleases.enabled }}, "list"{{ end }}]
 # Pods.
 #   list   - the rollout's Pending pods, to report canary pods that no node can take (no GPU).
+{{- if .Values.adapterReleases.enabled }}
+#            With adapter releases also its pods and their adapter-set labels.
+#   patch  - adapter releases (adapterReleases.enabled): a pod's adapter-set label and its two
+#            annotations (moved-at, verified start); the label takes it out of, or puts it into,
+#            a serving version's Service. Adapters are loaded through the pod's own vLLM API.
+{{- end }}
 #   Nothing else: no get, exec, logs or eviction.
 - apiGroups: [""]
   resources: ["pods"]
-  verbs: ["list"]
+  verbs: ["list"{{ if .Values.adapterReleases.enabled }}, "patch"{{ end }}]
 # HTTPRoutes.
 #   get    - read the weights, and verify after every write that the API server holds them.
 #   list, watch - kopf's watch stream: the gateway's answer for the route's new generation

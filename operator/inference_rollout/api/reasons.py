@@ -194,3 +194,6 @@ WARMING_UP_MSG = ("step 1: warming canary {canary} up before its first weight: "
 DELETING = "Deleting"
 DELETING_MSG = ("rollout deleted: all traffic returned to stable {stable}; the canary's pods "
                 "stay {delay} while the gateway follows the route")
+
+#: A pod of an adapter release could not be moved (relabelled, loaded): retried each reconcile.
+ADAPTER_MOVE_FAILED = "AdapterMoveFailed"

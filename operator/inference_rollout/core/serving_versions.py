@@ -19,6 +19,8 @@ the pods admitted to each set) into the ``revisions`` and ``templates`` of an
   ``decide`` sizes it out of the fleet (``capacity.in_place_canary_pods``).
 * A serving version of another template that owns nothing (an abandoned canary's) reports its
   Service's count and its admitted pods, so ``decide`` deletes it like any old revision.
+* A Deployment no serving version runs on (the rollout's from before it had adapters) is a
+  plain revision, keyed by its template hash, as without adapters.
 
 Pure: the handler reads, this maps, ``decide`` decides.
 """
@@ -114,6 +116,13 @@ def observe(deployments: Mapping[str, RevisionState],
             desired=facts.pods, ready=pods, available=pods,
             port=deployment.port if deployment else None,
             args=deployment.args if deployment else None)
+    # A Deployment no serving version runs on is a revision from before the rollout had
+    # adapters (or whose Services were lost): a plain revision, seen as without adapters, so
+    # decide keeps it (the stable) or scales it away like any old revision.
+    used = {f.template for f in versions.values()}
+    for template, deployment in deployments.items():
+        if template not in used:
+            out.setdefault(template, deployment)
     return ServingVersionsSeen(out, {name: f.template for name, f in versions.items()})
 
 

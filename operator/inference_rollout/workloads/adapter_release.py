@@ -174,6 +174,30 @@ def status_pods(world: AdapterWorld) -> list[AdapterPod]:
     return sorted(out, key=lambda p: p.pod)[:MAX_ADAPTER_PODS]
 
 
+def released_adapter(world: AdapterWorld | None, stable: str | None,
+                     canary: str | None) -> str | None:
+    """The model name an adapter release's evaluation and probes ask for: the first adapter
+    (by name) whose source differs between the stable's and the canary's sets, or that only
+    the canary serves.  None without adapters, or when the release changes none (a template
+    release: the base model is what changed)."""
+    if world is None or stable is None or canary is None:
+        return None
+    old, new = world.versions.get(stable), world.versions.get(canary)
+    if old is None or new is None or old.adapters is None or new.adapters is None:
+        return None
+    if old.template != new.template:
+        return None
+    changed = sorted(n for n, source in new.adapters.items() if old.adapters.get(n) != source)
+    return changed[0] if changed else None
+
+
+def unread(world: AdapterWorld) -> list[str]:
+    """Pods that serve but whose ``/v1/models`` did not answer: the planner leaves them where
+    they are (never a guess), which holds a step until they answer; the log says which."""
+    return sorted(name for by_name in world.pods.values() for name, o in by_name.items()
+                  if o.adapters.serving and o.adapters.loaded is None)
+
+
 def blocked(round_: MoveRound) -> Mapping[str, str]:
     """Pod -> why its last move failed, for the log (a failed move is retried next round)."""
     return {f.move.pod: f"{type(f.move).__name__}: {f.reason}" for f in round_.failures}

@@ -48,11 +48,4 @@ async def observe(revisions: Revisions, pods: AdapterPods, rollout: str, spec_te
     admitted = serving_versions.admitted_counts(
         {t: [o.adapters for o in by_name.values()] for t, by_name in observed.items()}, sets)
     seen = serving_versions.observe(deployments, versions, admitted, stable, canary)
-    # A Deployment no serving version runs on is a revision of this rollout from before it had
-    # adapters (or its Services were lost): a plain revision, observed as without adapters, so
-    # decide keeps it (the stable) or scales it away like any old revision.
-    used = {f.template for f in versions.values()}
-    for template, deployment in deployments.items():
-        if template not in used and template not in seen.revisions:
-            seen.revisions[template] = deployment
     return AdapterWorld(seen, versions, observed, spec_version, deployments)

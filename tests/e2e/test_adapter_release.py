@@ -1,0 +1,165 @@
+"""Adapter releases end to end (issue 31, item 1; docs/adapters.md): the operator as a process
+(``--adapter-releases``), the sandbox's API server and Prometheus, Traefik carrying requests for
+the adapter's model name, and a simulator per pod with runtime LoRA whose adapters the operator
+loads at each pod's own address.
+
+What is checked is what a user and an SRE would look at: the pods (same UIDs, no restart: no
+pod was started or replaced), each pod's own ``/v1/models`` (the adapter version it serves),
+and the answers through the gateway (when the canary's first one came, and none failed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import time
+from datetime import datetime
+from typing import Any
+
+import httpx
+import pytest
+
+from inference_rollout.api import ANN_ADAPTER_SET_MOVED_AT
+from inference_rollout.workloads.lora import PodServer, VLLMAdapters
+from irsandbox.story import Given, Story, Then, When
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(420)]
+
+ADAPTER, V1, V2 = "support", "/adapters/support/v1", "/adapters/support/v2"
+#: The sandbox's bad adapter: the shim fails every request to its name (irsandbox.faultproxy).
+BAD = "/adapters/support/v2?sim-failure-rate=100"
+PODS = 4
+
+
+def lora_rollout(given: Given, name: str) -> dict[str, Any]:
+    """Four simulator pods with runtime LoRA (the switches the lints ask for) serving
+    ``support`` at v1; error rate analysed per 5 s window."""
+    m = given.manifest(name, replicas=PODS)
+    vllm = m["spec"]["template"]["spec"]["containers"][0]
+    vllm["args"] += ["--enable-lora", "--max-loras", "4", "--max-lora-rank", "16"]
+    vllm["env"] = [{"name": "VLLM_ALLOW_RUNTIME_LORA_UPDATING", "value": "true"}]
+    m["spec"]["adapters"] = [{"name": ADAPTER, "source": V1}]
+    return m
+
+
+def adapters_change(story: Story, source: str) -> None:
+    rel = story.release
+    changed = copy.deepcopy(rel.manifest)
+    changed["spec"]["adapters"] = [{"name": ADAPTER, "source": source}]
+    rel.apply(changed)
+
+
+def pods(story: Story) -> dict[str, dict[str, Any]]:
+    return {p["metadata"]["name"]: p for p in story.cluster.pods(
+        story.ns, f"rollouts.inference.dev/rollout={story.release.name}")}
+
+
+def identities(story: Story) -> dict[str, tuple[str, int]]:
+    """Each pod's uid and container restarts: equal before and after means no pod was
+    started, replaced or restarted."""
+    return {name: (p["metadata"]["uid"], sum(c.get("restartCount", 0) for c in
+                                              p["status"].get("containerStatuses") or []))
+            for name, p in pods(story).items()}
+
+
+def served(story: Story) -> dict[str, str | None]:
+    """Each pod's own ``/v1/models``: the source its ``support`` adapter was loaded from."""
+    async def read() -> dict[str, str | None]:
+        async with httpx.AsyncClient(trust_env=False) as client:
+            lora = VLLMAdapters(client)
+            found = pods(story)
+            lists = await asyncio.gather(*(lora.loaded(PodServer(p["status"]["podIP"], 8000))
+                                           for p in found.values()))
+            return {name: loaded.get(ADAPTER) for name, loaded in zip(found, lists, strict=True)}
+    return asyncio.run(read())
+
+
+def versions(status: dict[str, Any]) -> dict[str, str | None]:
+    """``status.adapterPods``: pod -> the serving version whose Service selects it."""
+    return {p["pod"]: p.get("version") for p in status.get("adapterPods") or []}
+
+
+def admitted_at(story: Story, pod: str) -> float:
+    text = pods(story)[pod]["metadata"]["annotations"][ANN_ADAPTER_SET_MOVED_AT]
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+def test_a_good_adapter_release_is_promoted_with_no_new_pod_and_no_restart(
+        given: Given, when: When, then: Then, story: Story) -> None:
+    # Given four pods serving support v1, admitted by the operator (started `pending`)
+    v1 = given.rollout(manifest=lora_rollout(given, "lora"))
+    before = identities(story)
+    assert len(before) == PODS
+    assert set(served(story).values()) == {V1}
+    assert set(versions(story.release.status()).values()) == {v1}
+    # When the adapter's source changes, and nothing else, under requests for the adapter
+    with then.traffic_throughout(rate=20, model=ADAPTER) as watch:
+        changed_at = time.time()
+        adapters_change(story, V2)
+        v2 = then.canary(timeout=30)
+        # Then the canary carries 5 % within seconds, on one moved pod
+        st = then.hold_starts(5, canary=v2, timeout=30)
+        on_canary = [p for p, v in versions(st).items() if v == v2]
+        assert len(on_canary) == 1, st.get("adapterPods")
+        then.status(lambda s: any(
+            pod in on_canary and t > admitted_at(story, pod) for t, pod_ns, _ in watch.answers
+            for pod in [pod_ns.split("/")[-1]]), 30, "the canary's first answer")
+        # and the release is promoted through every step
+        done = then.healthy(revision=v2, timeout=240)
+    first = min(t for t, pod_ns, error in watch.answers if not error
+                and pod_ns.split("/")[-1] in on_canary
+                and t > admitted_at(story, pod_ns.split("/")[-1]))
+    print(f"adapter release: first canary answer {first - changed_at:.1f}s after the change, "
+          f"promoted after {done['releaseCost']['decidedAfter']:.0f}s, "
+          f"{len(watch.answers)} answers")
+    assert first - changed_at < 10, f"first canary answer {first - changed_at:.1f}s after"
+    assert done["analysis"]["errors"]["verdict"] == "Pass"
+    report = watch.report
+    assert report is not None and report.failed == 0, report.summary()
+    # No pod was started, replaced or restarted, and every pod serves v2, by its own word
+    then.status(lambda s: set(versions(s).values()) == {v2}, 60, "every pod on v2")
+    assert identities(story) == before
+    assert set(served(story).values()) == {V2}
+    then.route_is({v2: 100})
+    cost = done.get("releaseCost") or {}
+    assert cost.get("podsStarted", 0) == 0, cost
+
+
+def test_a_bad_adapter_is_rolled_back_and_every_pod_serves_the_previous_version(
+        given: Given, when: When, then: Then, story: Story) -> None:
+    v1 = given.rollout(manifest=lora_rollout(given, "badlora"))
+    before = identities(story)
+    # When the new adapter version fails every request to its name
+    with then.traffic_throughout(rate=20, model=ADAPTER):
+        adapters_change(story, BAD)
+        st = then.degraded(timeout=120, what="the bad adapter rolled back")
+    assert st["abortReason"] == "AnalysisFailed", st.get("message")
+    assert st["analysis"]["errors"]["verdict"] == "Fail"
+    then.route_becomes({v1: 100, st["canaryRevision"]: 0})
+    # Then its pods go back: every pod serves v1 again, by its own /v1/models, none restarted
+    then.status(lambda s: set(versions(s).values()) == {v1}, 60, "every pod back on v1")
+    assert set(served(story).values()) == {V1}
+    assert identities(story) == before
+
+
+@pytest.mark.timeout(600)
+def test_the_operator_killed_at_each_phase_of_an_adapter_release_ends_right(
+        given: Given, when: When, then: Then, story: Story) -> None:
+    """SIGKILL right after the change (Services and first moves), at 5 % (a pod moved), at
+    50 % (pods mid-move), and at 100 % or promotion: the release ends promoted, every pod
+    serving v2 by its own word, none restarted."""
+    v1 = given.rollout(manifest=lora_rollout(given, "killlora"))
+    before = identities(story)
+    with then.traffic_throughout(rate=20, model=ADAPTER):
+        adapters_change(story, V2)
+        when.operator_killed(down_for=2)
+        v2 = then.canary(timeout=30)
+        for weight in (5, 50, 100):
+            then.status(lambda s, w=weight: (s.get("canaryWeight") or 0) >= w
+                        or s.get("stableRevision") == v2, 120, f"{weight}% or promoted")
+            when.operator_killed(down_for=2)
+        done = then.healthy(revision=v2, timeout=240)
+    assert done["stableRevision"] == v2 and v1 != v2
+    then.status(lambda s: set(versions(s).values()) == {v2}, 90, "every pod on v2")
+    assert set(served(story).values()) == {V2}
+    assert identities(story) == before
