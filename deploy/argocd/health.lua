@@ -37,6 +37,37 @@ local function first_message(...)
   return ""
 end
 
+-- A rollout with adapters (docs/adapters.md) moves its pods between serving versions in place;
+-- status.adapterPods lists each pod and the version whose Service selects it (none while it is
+-- moved). The pods per version, in one line; and how many serve the stable version.
+local function adapter_pods(status)
+  if status.adapterPods == nil then
+    return nil
+  end
+  local counts, order, total, on_stable = {}, {}, 0, 0
+  for _, p in ipairs(status.adapterPods) do
+    local version = p.version or "moving"
+    if counts[version] == nil then
+      counts[version] = 0
+      table.insert(order, version)
+    end
+    counts[version] = counts[version] + 1
+    total = total + 1
+    if p.version ~= nil and p.version == status.stableRevision then
+      on_stable = on_stable + 1
+    end
+  end
+  table.sort(order)
+  local text = "adapter pods:"
+  for i, version in ipairs(order) do
+    if i > 1 then
+      text = text .. ","
+    end
+    text = text .. " " .. version .. " " .. tostring(counts[version])
+  end
+  return { total = total, on_stable = on_stable, text = text }
+end
+
 local status = obj.status
 local generation = obj.metadata.generation
 if status == nil or status.observedGeneration == nil or status.phase == nil then
@@ -52,13 +83,24 @@ if generation ~= nil and status.observedGeneration ~= generation then
 end
 
 local phase = status.phase
-if phase == "Healthy" then
+local pods = adapter_pods(status)
+if phase == "Healthy" and pods ~= nil and pods.on_stable < pods.total then
+  -- All traffic is on the stable version, but a pod still serves another set (the last moves
+  -- after a promotion or a rollback): not yet what git says.
+  hs.status = "Progressing"
+  hs.message = tostring(pods.on_stable) .. " of " .. tostring(pods.total)
+    .. " pods serve the stable version " .. tostring(status.stableRevision) .. "'s adapters ("
+    .. pods.text .. ")"
+elseif phase == "Healthy" then
   hs.status = "Healthy"
   hs.message = first_message(status.message,
     "stable revision " .. tostring(status.stableRevision) .. " serves all traffic")
 elseif phase == "Progressing" then
   hs.status = "Progressing"
   hs.message = first_message(status.message, "release in progress")
+  if pods ~= nil then
+    hs.message = hs.message .. "; " .. pods.text
+  end
 elseif phase == "Paused" then
   -- Suspended, like a paused Argo Rollout: waiting for a person (resume/promote), not failing.
   hs.status = "Suspended"

@@ -181,6 +181,30 @@ def test_messages_come_from_the_status() -> None:
     assert health(rollout(**INVALID))["message"].endswith("60 characters is too long")
 
 
+def adapter_pods(*versions: str | None) -> list[dict[str, Any]]:
+    return [{"pod": f"chat-x-{i}", "version": v, "adapters": {"support": "/a"}}
+            for i, v in enumerate(versions)]
+
+
+def test_an_adapter_release_shows_its_pods_per_version() -> None:
+    """docs/adapters.md: during an adapter release the message says how many pods each
+    version has (one being moved is in none)."""
+    out = health(rollout(**PROGRESSING, adapter_pods=adapter_pods(
+        "5c9f7d0000", "5c9f7d0000", "7d1a2b0000", None)))
+    assert out["status"] == "Progressing"
+    assert out["message"].endswith("; adapter pods: 5c9f7d0000 2, 7d1a2b0000 1, moving 1"), out
+
+
+def test_healthy_waits_for_every_adapter_pod_on_the_stable_version() -> None:
+    # Given all traffic on the stable version, one pod still moving back after a rollback
+    moving = health(rollout(**HEALTHY, adapter_pods=adapter_pods("5c9f7d0000", None)))
+    assert moving["status"] == "Progressing"
+    assert moving["message"].startswith("1 of 2 pods serve the stable version 5c9f7d0000"), moving
+    # Then Healthy once every pod serves it
+    done = health(rollout(**HEALTHY, adapter_pods=adapter_pods("5c9f7d0000", "5c9f7d0000")))
+    assert done == health(rollout(**HEALTHY))
+
+
 def test_a_status_for_an_older_generation_is_not_trusted() -> None:
     # Given the operator last saw generation 6 (Healthy on the old template)
     stale = rollout(generation=7, **{**HEALTHY, "observed_generation": 6})

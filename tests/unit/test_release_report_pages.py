@@ -142,3 +142,21 @@ def test_the_page_says_what_the_release_cost() -> None:
         first.split('id="cost"')[1].split("<h2>")[0]
     body["status"] = {}
     assert "Not recorded" in render(gather(body, two_releases(), None, now=now))
+
+
+def test_an_adapter_release_shows_each_pod_and_what_it_serves() -> None:
+    """docs/adapters.md: the pods of an adapter release, their versions and what each one's
+    /v1/models lists (as the status holds them), and nothing of the kind without adapters."""
+    body = rollout()
+    body["status"] = {"adapterPods": [
+        {"pod": "chat-t1-a", "version": "3ecc2ed752", "adapters": {"support": "/a/v2"}},
+        {"pod": "chat-t1-b", "version": None, "adapters": None},
+        {"pod": "chat-t1-c", "version": "aaaaaaaaaa", "adapters": {}}]}
+    page = render(gather(body, two_releases(), None, now=T0 + timedelta(seconds=90)))
+    section = page.split('id="adapter-pods"')[1].split("<h2>")[0]
+    assert "<td>chat-t1-a</td><td>3ecc2ed752</td><td>support=/a/v2</td>" in section
+    assert "<td>chat-t1-b</td><td>moving (in no Service)</td><td>(no answer)</td>" in section
+    assert "<td>chat-t1-c</td><td>aaaaaaaaaa</td><td>(none loaded)</td>" in section
+    body["status"] = {}
+    assert "adapter-pods" not in render(gather(body, two_releases(), None,
+                                               now=T0 + timedelta(seconds=90)))

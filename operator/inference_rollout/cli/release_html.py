@@ -148,6 +148,22 @@ def _cost(rel: Release) -> str:
            "the count, or its ReleaseCost Event has expired).</p>"
 
 
+def _adapter_pods(rel: Release) -> str:
+    """A rollout with adapters (docs/adapters.md): each pod, the serving version whose Service
+    selects it and the adapters its own ``/v1/models`` lists, as the status holds them now
+    (rebuilt from the pods at every reconcile); nothing without adapters."""
+    pods = rel.status.get("adapterPods")
+    if not pods:
+        return ""
+    rows = [[str(p.get("pod")), str(p.get("version") or "moving (in no Service)"),
+             "(no answer)" if p.get("adapters") is None else
+             ", ".join(f"{k}={v}" for k, v in sorted(p["adapters"].items())) or "(none loaded)"]
+            for p in pods]
+    return ("<h2 id=\"adapter-pods\">Adapter pods now</h2><p>An adapter release moves running "
+            "pods between versions in place: each pod's version and what it says it serves.</p>"
+            + _table(["pod", "version", "adapters it serves"], rows))
+
+
 def render(rel: Release) -> str:
     t = "%Y-%m-%d %H:%M:%S UTC"
     title = f"Release {rel.revision or '?'} of {rel.namespace}/{rel.name}"
@@ -169,6 +185,7 @@ def render(rel: Release) -> str:
 <h2>Traffic</h2><figure id="weights">{weights_plot(rel)}</figure>
 <h2>Metrics against their thresholds</h2>{plots}
 <h2 id="cost">What the release cost</h2>{_cost(rel)}
+{_adapter_pods(rel)}
 <h2>Verdicts</h2>{_table(["metric", "threshold", "last canary", "last stable", "verdict"],
                           verdicts, [row[-1] for row in verdicts])}
 <h2>Steering</h2>{_table(["time", "request", "message"], steering) if steering else
