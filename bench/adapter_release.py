@@ -88,7 +88,10 @@ def one_release(bench: Bench, kind: str, run: int, args: argparse.Namespace) -> 
         "decided_after_s": cost.get("decidedAfter"),
         "pod_seconds": cost.get("podSeconds"), "gpu_seconds": cost.get("gpuSeconds"),
         "pods_started": cost.get("podsStarted"),
+        "steps_reached_after_s": cost.get("stepsReachedAfter"),
+        # at promotion: a template release's old pods still wait for scaleDownDelay there
         "pods_kept": len(pods_before & pods_after), "pods_before": len(pods_before),
+        "new_pods": len(pods_after - pods_before),
         "answers": len(watch.answers), "failed": report.failed,
     }
     print(out, flush=True)
@@ -115,7 +118,7 @@ def main() -> None:
         bench.finish(args.keep)
     by_kind = {k: [r for r in results if r["kind"] == k] for k in ("adapter", "template")}
     summary = {k: {q: sorted(r[q] for r in rs) for q in (
-        "promoted_after_s", "gpu_seconds", "pods_started", "pods_kept", "failed")}
+        "promoted_after_s", "gpu_seconds", "pods_started", "failed")}
         for k, rs in by_kind.items()}
     path = save("adapter_release", {**bench.info, "runs": results, "summary": summary,
                                     "elapsed_s": bench.elapsed()})

@@ -21,6 +21,7 @@ import pytest
 
 from inference_rollout.api import ANN_ADAPTER_SET_MOVED_AT
 from inference_rollout.workloads.lora import PodServer, VLLMAdapters
+from irsandbox.manifests import with_template
 from irsandbox.story import Given, Story, Then, When
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(420)]
@@ -163,3 +164,61 @@ def test_the_operator_killed_at_each_phase_of_an_adapter_release_ends_right(
     then.status(lambda s: set(versions(s).values()) == {v2}, 90, "every pod on v2")
     assert set(served(story).values()) == {V2}
     assert identities(story) == before
+
+
+def test_a_template_release_during_an_adapter_release_supersedes_it(
+        given: Given, when: When, then: Then, story: Story) -> None:
+    """docs/adapters.md: a new template mid-adapter-release is a template release whose new
+    pods load the spec's adapters before they take traffic; the adapter release's weight goes
+    to 0 at once and the old template's pods go once it is promoted."""
+    given.rollout(manifest=lora_rollout(given, "mixlora"))
+    old_pods = set(identities(story))
+    (old_deployment,) = story.cluster.deployments(story.ns)
+    with then.traffic_throughout(rate=20, model=ADAPTER) as watch:
+        # Given an adapter release (support v2) holding 20 %
+        adapters_change(story, V2)
+        adapter_canary = then.canary(timeout=30)
+        then.hold_starts(20, canary=adapter_canary, timeout=60)
+        # When the template changes too (a new image), adapters as they are in the spec (v2)
+        rel = story.release
+        rel.apply(with_template(rel.manifest, version="v2"))
+        # Then the new template's revision is the canary, the adapter release's weight is gone
+        st = then.status(lambda s: s.get("canaryRevision") not in (None, adapter_canary),
+                         30, "the template release replaces the adapter release")
+        v3 = st["canaryRevision"]
+        assert rel.route().get(adapter_canary, 0) == 0, rel.route()
+        # and it is promoted, its pods serving the spec's adapters (v2), the old pods gone
+        then.healthy(revision=v3, timeout=240)
+    then.status(lambda s: set(versions(s).values()) == {v3}, 90, "every pod on the new version")
+    then.status(lambda s: not old_pods & set(identities(story)), 90, "the old template's pods gone")
+    assert set(served(story).values()) == {V2}
+    assert len(identities(story)) == PODS
+    then.route_is({v3: 100})
+    then.status(lambda s: old_deployment not in story.cluster.deployments(story.ns), 60,
+                "the old template's Deployment deleted")
+    report = watch.report
+    assert report is not None and report.failed == 0, report.summary()
+
+
+def test_a_pod_replaced_mid_release_serves_its_set_before_it_takes_traffic(
+        given: Given, when: When, then: Then, story: Story) -> None:
+    """A stable pod deleted at 20 %: its ReplicaSet's replacement starts ``pending`` (in no
+    Service), is loaded with the set it is to serve and only then admitted; no answer fails
+    meanwhile, and the release is promoted with every pod, the new one too, on v2."""
+    given.rollout(manifest=lora_rollout(given, "replora"))
+    with then.traffic_throughout(rate=20, model=ADAPTER) as watch:
+        adapters_change(story, V2)
+        v2 = then.canary(timeout=30)
+        st = then.hold_starts(20, canary=v2, timeout=60)
+        v1 = st["stableRevision"]
+        victim = next(p for p, v in versions(st).items() if v == v1)
+        story.cluster.kubectl("-n", story.ns, "delete", "pod", victim, "--wait=false")
+        # Then a new pod comes, is admitted to a set only once its /v1/models serves it
+        then.status(lambda s: victim not in versions(s) and len(versions(s)) == PODS
+                    and None not in versions(s).values(), 90, "the replacement admitted")
+        done = then.healthy(revision=v2, timeout=240)
+    assert done["stableRevision"] == v2
+    then.status(lambda s: set(versions(s).values()) == {v2}, 90, "every pod on v2")
+    assert set(served(story).values()) == {V2}
+    report = watch.report
+    assert report is not None and report.failed == 0, report.summary()
