@@ -203,8 +203,11 @@ def test_a_template_release_during_an_adapter_release_supersedes_it(
 def test_a_pod_replaced_mid_release_serves_its_set_before_it_takes_traffic(
         given: Given, when: When, then: Then, story: Story) -> None:
     """A stable pod deleted at 20 %: its ReplicaSet's replacement starts ``pending`` (in no
-    Service), is loaded with the set it is to serve and only then admitted; no answer fails
-    meanwhile, and the release is promoted with every pod, the new one too, on v2."""
+    Service), is loaded with the set it is to serve and only then admitted, so it never
+    answers for a set it does not serve (a 404 for the adapter, or another version); the
+    release is promoted with every pod, the new one too, on v2.  The deleted pod itself may
+    fail the requests the gateway had sent it (KWOK deletes a pod at once, with no graceful
+    termination): those are the only failures allowed, each a 502 to its address."""
     given.rollout(manifest=lora_rollout(given, "replora"))
     with then.traffic_throughout(rate=20, model=ADAPTER) as watch:
         adapters_change(story, V2)
@@ -212,6 +215,7 @@ def test_a_pod_replaced_mid_release_serves_its_set_before_it_takes_traffic(
         st = then.hold_starts(20, canary=v2, timeout=60)
         v1 = st["stableRevision"]
         victim = next(p for p, v in versions(st).items() if v == v1)
+        victim_ip = pods(story)[victim]["status"]["podIP"]
         story.cluster.kubectl("-n", story.ns, "delete", "pod", victim, "--wait=false")
         # Then a new pod comes, is admitted to a set only once its /v1/models serves it
         then.status(lambda s: victim not in versions(s) and len(versions(s)) == PODS
@@ -221,4 +225,8 @@ def test_a_pod_replaced_mid_release_serves_its_set_before_it_takes_traffic(
     then.status(lambda s: set(versions(s).values()) == {v2}, 90, "every pod on v2")
     assert set(served(story).values()) == {V2}
     report = watch.report
-    assert report is not None and report.failed == 0, report.summary()
+    assert report is not None
+    deleted = sum(n for what, n in report.gateway_failures.items()
+                  if what.startswith("502 ") and what.endswith(f"-> {victim_ip}:8000"))
+    assert report.failed == deleted, report.summary()
+    assert deleted <= 5, report.summary()  # what was in flight to it: a second's worth at most
