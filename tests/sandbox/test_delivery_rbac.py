@@ -308,7 +308,8 @@ def _release_a(cluster: Cluster, install: Install, rel: Release, ns: str) -> Non
         load.stop()
 
 
-def _release_c(cluster: Cluster, operator: OperatorProcess, ns: str) -> None:
+def _release_c(cluster: Cluster, install: Install, operator: OperatorProcess,
+               ns: str) -> None:
     """An adapter release: v1 loaded into new pods, then v2 moved through every step and
     promoted, under load on the adapter's model name (tests/e2e/test_adapter_release.py
     proves the release itself)."""
@@ -328,10 +329,13 @@ def _release_c(cluster: Cluster, operator: OperatorProcess, ns: str) -> None:
         rel.apply(changed)
         v2 = rel.wait_canary()
         assert v2 != v1
+        rel.wait(lambda s: (s.get("canaryWeight") or 0) > 0, 60, "the adapter canary weighted")
+        snapshot(install, cluster, ns, "rbac-c", "Progressing")
         st = _healthy_resuming_after_outages(cluster, rel, ns, v2)
         assert {p.get("version") for p in st["adapterPods"]} <= {v1, v2}
         rel.wait(lambda s: {p.get("version") for p in s.get("adapterPods") or []} == {v2}, 60,
                  "every pod on v2")
+        snapshot(install, cluster, ns, "rbac-c", "Healthy")
     finally:
         watch.stop()
 
@@ -384,7 +388,7 @@ def test_a_whole_release_runs_under_the_charts_identity(
     snapshot(install, cluster, ns, "rbac-b", "Degraded")
 
     # Release C: an adapter release (pods relabelled, Services listed), promoted
-    _release_c(cluster, operator, ns)
+    _release_c(cluster, install, operator, ns)
 
     # Deleting all: the finalizer returns traffic to stable, the user route's stable backend
     # is orphaned so garbage collection leaves it serving
@@ -421,8 +425,10 @@ def test_argocd_health_on_objects_the_operator_wrote(install: Install) -> None:
             assert got["status"] == want, (got, obj.get("status"))
     (degraded,) = install.snapshots["Degraded"]
     assert argocd.discover(degraded) == {"promote": False, "abort": False, "retry": True}
-    (progressing,) = install.snapshots["Progressing"]
+    progressing, adapter_release = install.snapshots["Progressing"]
     assert argocd.discover(progressing)["abort"]
+    # an adapter release's message counts its pods per version (deploy/argocd/health.lua)
+    assert "; adapter pods: " in argocd.health(adapter_release)["message"], adapter_release
     assert argocd.run_action("abort", progressing) == {"status": {"requests": {"abort": True}}}
 
 
