@@ -88,6 +88,8 @@ def test_adapters_on_pods_without_lora_are_refused_whole(
     st = rel.wait(lambda s: condition(s, "Valid").get("status") == "False", 60, "Valid=False")
     assert "LORA-ADAPTERS-NEED-LORA" in condition(st, "Valid")["message"], st
     assert "--enable-lora" in condition(st, "Valid")["message"], st
+    # and adapters cannot be added to pods started without them but with a new template
+    assert "pods were started without adapters" in condition(st, "Valid")["message"], st
     stays_on(rel, v1, seconds=10)
     assert cluster.deployments(namespace) == deployments  # no pod was started or stopped
 
