@@ -46,7 +46,7 @@ def _parser() -> argparse.ArgumentParser:
                       help="carry out adapter releases (spec.adapters): adapters loaded into "
                            "running pods, no new pod. Default: off (a rollout naming adapters "
                            "is Valid=False)")
-    lora.add_argument("--adapter-drain-seconds", type=float, default=3.0, metavar="S",
+    lora.add_argument("--adapter-drain-seconds", type=float, default=None, metavar="S",
                       help="how long a pod out of its Service's endpoints drains before its "
                            "adapters change (default 3)")
     tenancy = op.add_argument_group("tenancy (docs/security.md)")
@@ -123,7 +123,8 @@ def run_operator(args: argparse.Namespace) -> int:
     handlers.Runtime.prometheus_allow_any = bool(args.prometheus_allow_any)
     handlers.Runtime.confine_queries = bool(args.confine_queries)
     handlers.Runtime.adapter_releases = bool(args.adapter_releases)
-    handlers.Runtime.adapter_drain_seconds = max(0.0, float(args.adapter_drain_seconds))
+    if args.adapter_drain_seconds is not None:  # else the reconciler's own default
+        handlers.Runtime.adapter_drain_seconds = max(0.0, float(args.adapter_drain_seconds))
     handlers.Runtime.clusterwide = bool(args.all_namespaces)
     handlers.Runtime.namespace_patterns = tuple(args.namespaces or ())
     handlers.Runtime.notify = Settings(allow=tuple(args.notify_allow),

@@ -37,6 +37,7 @@ from .kube import Kube, load_configuration
 from .notify.delivery import Notifier, Settings
 from .paths import rollout_path
 from .reconciler import (
+    ADAPTER_DRAIN_SECONDS,
     EXPECTED_ERRORS,
     DeletionHeld,
     Deps,
@@ -85,7 +86,7 @@ class Runtime:
     prometheus_allow_any: bool = False  # --prometheus-allow-any: the opt-out
     confine_queries: bool = True  # --confine-queries, on unless --no-confine-queries
     adapter_releases: bool = False  # --adapter-releases (docs/adapters.md)
-    adapter_drain_seconds: float = 3.0  # --adapter-drain-seconds
+    adapter_drain_seconds: float = ADAPTER_DRAIN_SECONDS  # --adapter-drain-seconds
     clusterwide: bool = True  # --all-namespaces; else the deletion watchdog runs
     namespace_patterns: tuple[str, ...] = ()  # --namespace (the watchdog's scope, with served)
     notify: Settings = Settings()  # --notify-allow, --notify-secret (docs/notifications.md)

@@ -303,20 +303,20 @@ async def _reconcile(deps: Deps, body: dict[str, Any]) -> float:
         return IDLE_SECONDS
     revisions = Revisions(deps.kube, ns, name, uid, spec.traffic.gateway_api)
     now = deps.now()
-    adapters = _adapter_world(deps, spec, status, body, ns, name, revisions)
-    if adapters is not None:
-        seen = await adapters
+    spec_template = template_hash(body["spec"]["template"])
+    seen = await _adapter_world(deps, spec, status, spec_template, ns, name, revisions)
+    if seen is not None:
         world_revisions, templates, spec_key = (seen.seen.revisions, seen.seen.templates,
                                                 seen.spec_version)
     else:
-        seen, templates, spec_key = None, {}, template_hash(body["spec"]["template"])
+        templates, spec_key = {}, spec_template
         world_revisions = await revisions.observe()
     router = _router(deps, body, spec.traffic, spec.template.serving_port(), world_revisions)
     stable_seen = world_revisions.get(status.stable_revision or "")
     invalid = validation.problems(spec, name, deps.adapter_releases) + deps.lint_errors(
         body, stable_seen.args if stable_seen else None)
-    if seen is not None and spec.adapters and status.stable_revision == template_hash(
-            body["spec"]["template"]) and status.stable_revision not in seen.versions:
+    if seen is not None and spec.adapters and status.stable_revision == spec_template \
+            and status.stable_revision not in seen.versions:
         invalid.append(ADAPTERS_ON_PLAIN_PODS)
     route = await _route(router, deleting)
     measurements = None
@@ -548,18 +548,17 @@ def _bad_news_at(deps: Deps, ns: str, name: str,
     return datetime.fromtimestamp(found.bad_at, UTC)
 
 
-def _adapter_world(deps: Deps, spec: InferenceRolloutSpec, status: InferenceRolloutStatus,
-                   body: dict[str, Any], ns: str, name: str,
-                   revisions: Revisions) -> Awaitable[AdapterWorld] | None:
+async def _adapter_world(deps: Deps, spec: InferenceRolloutSpec,
+                         status: InferenceRolloutStatus, spec_template: str, ns: str, name: str,
+                         revisions: Revisions) -> AdapterWorld | None:
     """The observe step of a rollout with adapters (None: a rollout without).  A rollout that
     served adapters stays one when they are removed (its Services are its serving versions';
     the next release unloads them), so pods listed in ``status.adapterPods`` count too."""
     if not deps.adapter_releases or not (spec.adapters or status.adapter_pods):
         return None
     wanted = {a.name: a.source for a in spec.adapters or ()}
-    return observe_adapters(revisions, deps.adapter_pods(ns), name,
-                            template_hash(body["spec"]["template"]), wanted,
-                            status.stable_revision, status.canary_revision)
+    return await observe_adapters(revisions, deps.adapter_pods(ns), name, spec_template,
+                                  wanted, status.stable_revision, status.canary_revision)
 
 
 async def _move_adapter_pods(deps: Deps, body: dict[str, Any], seen: AdapterWorld,
