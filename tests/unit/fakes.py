@@ -58,3 +58,21 @@ def kopf_body(raw: dict[str, Any]) -> kopf.Body:
     """``kopf.Body`` over an object, as kopf hands it to a handler.  kopf types the object as its
     ``RawBody`` TypedDict, which lacks fields the API server sends (``metadata.generation``)."""
     return kopf.Body(cast(kopf.RawBody, raw))
+
+
+class PrometheusCounts:
+    """Prometheus as the measurement sees it: 1,000 canary requests counted, ``errors`` of
+    them failed (tests/unit/test_reconciler_*.py)."""
+
+    def __init__(self, errors: float) -> None:
+        self.errors = errors
+        self.queries = 0
+
+    async def query(self, promql: str, at: float | None = None) -> float:
+        self.queries += 1
+        return self.errors / 1000.0
+
+    async def query_vector(self, promql: str, label: str, at: float | None = None
+                           ) -> dict[str, float]:
+        self.queries += 1
+        return {"engine_requests": 1000.0, "engine_errors": self.errors}

@@ -15,7 +15,7 @@ import copy
 from typing import Any
 
 from inference_rollout.kube import Kube, KubeError
-from inference_rollout.paths import ApiPath
+from inference_rollout.paths import ApiPath, ns_path, rollout_path
 
 JSON_PATCH = "application/json-patch+json"
 COLLECTIONS = frozenset({"deployments", "pods", "services", "events", "httproutes",
@@ -150,3 +150,20 @@ class MemoryKube(Kube):
 
     async def close(self) -> None:
         self.closed = True
+
+
+def rollout_on_route(ns: str, name: str, spec: dict[str, Any],
+                     status: dict[str, Any] | None = None) -> MemoryKube:
+    """An API server holding one InferenceRollout ``ns/name`` and the user-owned HTTPRoute of
+    the same name it is released through, with one rule and no backends yet."""
+    body: dict[str, Any] = {
+        "apiVersion": "rollouts.inference.dev/v1alpha1", "kind": "InferenceRollout",
+        "metadata": {"namespace": ns, "name": name, "uid": "u1", "generation": 1},
+        "spec": spec}
+    if status is not None:
+        body["status"] = status
+    return MemoryKube({
+        rollout_path(ns, name): body,
+        ns_path("gateway.networking.k8s.io", "v1", ns, "httproutes", name): {
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {"rules": [{"matches": [{"path": {"value": "/"}}], "backendRefs": []}]}}})

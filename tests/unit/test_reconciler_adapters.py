@@ -14,7 +14,8 @@ from typing import Any
 
 import httpx
 from tests.unit.coresim import manifest_spec
-from tests.unit.memory_kube import MemoryKube
+from tests.unit.fakes import PrometheusCounts
+from tests.unit.memory_kube import rollout_on_route
 
 from inference_rollout.api import LABEL_ADAPTER_SET
 from inference_rollout.api import reasons as r
@@ -42,17 +43,6 @@ def lora_spec(source: str = V1) -> dict[str, Any]:
     vllm["env"] = [{"name": "VLLM_ALLOW_RUNTIME_LORA_UPDATING", "value": "true"}]
     spec["adapters"] = [{"name": "support", "source": source}]
     return spec
-
-
-class Source:
-    """Prometheus as the measurement sees it: 1,000 canary requests, none failed."""
-
-    async def query(self, promql: str, at: float | None = None) -> float:
-        return 0.0
-
-    async def query_vector(self, promql: str, label: str, at: float | None = None
-                           ) -> dict[str, float]:
-        return {"engine_requests": 1000.0, "engine_errors": 0.0}
 
 
 class Servers:
@@ -84,15 +74,7 @@ class Cluster:
 
     def __init__(self, spec: dict[str, Any], adapter_releases: bool = True,
                  status: dict[str, Any] | None = None) -> None:
-        body: dict[str, Any] = {
-            "apiVersion": "rollouts.inference.dev/v1alpha1", "kind": "InferenceRollout",
-            "metadata": {"namespace": NS, "name": NAME, "uid": "u1", "generation": 1},
-            "spec": spec}
-        if status is not None:
-            body["status"] = status
-        self.kube = MemoryKube({ROLLOUT: body, ROUTE: {
-            "metadata": {"name": NAME, "namespace": NS},
-            "spec": {"rules": [{"matches": [{"path": {"value": "/"}}], "backendRefs": []}]}}})
+        self.kube = rollout_on_route(NS, NAME, spec, status)
         self.events: list[RecordEvent] = []
         self.now = T0
         self.servers = Servers()
@@ -104,7 +86,7 @@ class Cluster:
         self.deps = Deps(kube=self.kube, post_event=post, now=lambda: self.now,
                          prometheus_allow=("http://prom:9090",), confine_queries=False,
                          adapter_releases=adapter_releases, adapter_drain_seconds=1.0)
-        self.deps.sources[("http://prom:9090", 5.0, None)] = Source()  # type: ignore[assignment]
+        self.deps.sources[("http://prom:9090", 5.0, None)] = PrometheusCounts(errors=0.0)  # type: ignore[assignment]
         self.deps.lora = VLLMAdapters(httpx.AsyncClient(
             transport=httpx.MockTransport(self.servers.handle)))
 

@@ -14,8 +14,9 @@ from typing import Any
 
 import pytest
 from tests.unit.coresim import manifest_spec, with_model
+from tests.unit.fakes import PrometheusCounts as Source
 from tests.unit.fakes import no_events
-from tests.unit.memory_kube import MemoryKube
+from tests.unit.memory_kube import MemoryKube, rollout_on_route
 
 from inference_rollout import operator_metrics
 from inference_rollout.api.spec import InferenceRolloutSpec
@@ -47,24 +48,6 @@ DEPLOYMENTS = ns_path("apps", "v1", NS, "deployments")
 SERVICES = ns_path("", "v1", NS, "services")
 
 
-class Source:
-    """Prometheus as the measurement sees it: every canary request counted, ``errors`` of
-    them failed."""
-
-    def __init__(self, errors: float) -> None:
-        self.errors = errors
-        self.queries = 0
-
-    async def query(self, promql: str, at: float | None = None) -> float:
-        self.queries += 1
-        return self.errors / 1000.0
-
-    async def query_vector(self, promql: str, label: str, at: float | None = None
-                           ) -> dict[str, float]:
-        self.queries += 1
-        return {"engine_requests": 1000.0, "engine_errors": self.errors}
-
-
 class Notices:
     def __init__(self) -> None:
         self.offered: list[tuple[str, str, str | None, Any]] = []
@@ -79,15 +62,7 @@ class Cluster:
 
     def __init__(self, spec: dict[str, Any] | None = None,
                  status: dict[str, Any] | None = None) -> None:
-        body: dict[str, Any] = {
-            "apiVersion": "rollouts.inference.dev/v1alpha1", "kind": "InferenceRollout",
-            "metadata": {"namespace": NS, "name": NAME, "uid": "u1", "generation": 1},
-            "spec": spec or manifest_spec()}
-        if status is not None:
-            body["status"] = status
-        self.kube = MemoryKube({ROLLOUT: body, ROUTE: {
-            "metadata": {"name": NAME, "namespace": NS},
-            "spec": {"rules": [{"matches": [{"path": {"value": "/"}}], "backendRefs": []}]}}})
+        self.kube = rollout_on_route(NS, NAME, spec or manifest_spec(), status)
         self.events: list[RecordEvent] = []
         self.now = T0
         self.notices = Notices()
