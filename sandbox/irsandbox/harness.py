@@ -212,11 +212,11 @@ def measure_shares(env: dict[str, str], host: str, requests: int = 400) -> LoadR
 
 
 def settle_on(env: dict[str, str], host: str, revision: str, timeout: float = 30) -> None:
-    """The gateway applies a route change a moment after the API server holds it (nginx is
-    regenerated and reloaded, the old config's workers finish): wait until a burst of 40
-    requests goes all to ``revision``."""
+    """The gateway applies a route change a moment after the API server holds it (Traefik's
+    provider reloads; the nginx translator regenerates and its old workers finish): wait until
+    a burst of 40 requests goes all to ``revision``."""
     wait_for(lambda: measure_shares(env, host, 40).share(revision) == 1.0, timeout,
-             f"nginx sending everything to {revision}", interval=1, tolerate=())
+             f"the gateway sending everything to {revision}", interval=1, tolerate=())
 
 
 def summary_line(status: dict[str, Any]) -> str:

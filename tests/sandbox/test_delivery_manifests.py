@@ -102,7 +102,7 @@ def namespaces(cluster: Cluster) -> Iterator[dict[str, str]]:
     run = uuid.uuid4().hex[:5]
     mapping = {
         ns: f"dlv-{run}-{ns}"[:63]
-        for ns in ("serving", "monitoring", "inference-rollout-system", "argocd")
+        for ns in ("serving", "lora-demo", "monitoring", "inference-rollout-system", "argocd")
     }
     for ns in mapping.values():
         cluster.create_namespace(ns)
@@ -112,12 +112,18 @@ def namespaces(cluster: Cluster) -> Iterator[dict[str, str]]:
 
 
 def remap(doc: dict[str, Any], mapping: dict[str, str]) -> dict[str, Any]:
+    """``doc`` in the test's namespaces. A namespace the mapping lacks fails here, naming it:
+    otherwise the dry-run would pass only on a sandbox where someone created that namespace by
+    hand (a docs walk-through), and fail on a fresh one."""
     out = copy.deepcopy(doc)
     meta = out["metadata"]
     if out["kind"] == "Namespace":
         meta["name"] = mapping.get(meta["name"], meta["name"])
     if "namespace" in meta:
-        meta["namespace"] = mapping.get(meta["namespace"], meta["namespace"])
+        assert meta["namespace"] in mapping, (
+            f"{doc['kind']} {meta['name']}: namespace {meta['namespace']!r} is not one the "
+            f"test creates; add it to the namespaces fixture ({sorted(mapping)})")
+        meta["namespace"] = mapping[meta["namespace"]]
     for subject in out.get("subjects") or []:
         if "namespace" in subject:
             subject["namespace"] = mapping.get(subject["namespace"], subject["namespace"])
