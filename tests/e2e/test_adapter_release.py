@@ -12,6 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import json
+import os
+import subprocess
+import sys
 import time
 from datetime import datetime
 from typing import Any
@@ -21,6 +25,7 @@ import pytest
 
 from inference_rollout.api import ANN_ADAPTER_SET_MOVED_AT
 from inference_rollout.workloads.lora import PodServer, VLLMAdapters
+from irsandbox.common import REPO
 from irsandbox.manifests import with_template
 from irsandbox.story import Given, Story, Then, When
 
@@ -230,3 +235,60 @@ def test_a_pod_replaced_mid_release_serves_its_set_before_it_takes_traffic(
                   if what.startswith("502 ") and what.endswith(f"-> {victim_ip}:8000"))
     assert report.failed == deleted, report.summary()
     assert deleted <= 5, report.summary()  # what was in flight to it: a second's worth at most
+
+
+def test_removing_the_adapters_unloads_them_from_every_pod_with_no_restart(
+        given: Given, when: When, then: Then, story: Story) -> None:
+    """``spec.adapters`` removed, the template unchanged: a release of the empty set, carried
+    like any adapter release (a share of the running pods per step, drained, unloaded,
+    relabelled), so the base model keeps answering throughout and no pod is started."""
+    v1 = given.rollout(manifest=lora_rollout(given, "unlora"))
+    before = identities(story)
+    rel = story.release
+    with then.traffic_throughout(rate=20) as watch:  # the base model's name
+        plain = copy.deepcopy(rel.manifest)
+        del plain["spec"]["adapters"]
+        rel.apply(plain)
+        bare = then.canary(timeout=30)
+        then.hold_starts(5, canary=bare, timeout=30)
+        done = then.healthy(revision=bare, timeout=240)
+    assert done["stableRevision"] == bare and bare != v1
+    then.status(lambda s: set(versions(s).values()) == {bare}, 60, "every pod on the bare set")
+    assert set(served(story).values()) == {None}  # no pod lists the adapter any more
+    assert identities(story) == before
+    then.route_is({bare: 100})
+    then.status(lambda s: f"{rel.name}-{v1}" not in {
+        svc.metadata.name for svc in story.cluster.core.list_namespaced_service(story.ns).items},
+        90, "the adapters' version's Service deleted")
+    report = watch.report
+    assert report is not None and report.failed == 0, report.summary()
+
+
+def test_a_pod_kill_drill_counts_a_replacement_back_once_it_serves_the_stable(
+        given: Given, when: When, then: Then, story: Story, tmp_path: Any) -> None:
+    """``kubectl inference-rollout drill pod-kill`` on a rollout with adapters: the stable's
+    pods are the ones ``status.adapterPods`` puts on it (its Deployment is named by the
+    template, its pods labelled by it), and the pod is back only once its replacement has
+    been loaded and admitted, not once it is Ready."""
+    v1 = given.rollout(manifest=lora_rollout(given, "drilllora"))
+    before = set(identities(story))
+    with then.traffic_throughout(rate=20, model=ADAPTER) as watch:
+        out = subprocess.run(
+            [sys.executable, "-m", "inference_rollout.cli.plugin", "drill", "pod-kill",
+             "drilllora", "-n", story.ns, "--count", "1", "--recovery-timeout", "90s",
+             "--report", str(tmp_path / "drill")],
+            env={**os.environ, **story.env, "PYTHONPATH": f"{REPO / 'operator'}:{REPO}"},
+            capture_output=True, text=True, timeout=150, check=False)
+        ended = time.time()
+    report = json.loads((tmp_path / "drill.json").read_text())
+    assert out.returncode == 0 and report["verdict"] == "pass", out.stdout + out.stderr
+    after = set(identities(story))
+    (victim,), (replacement,) = before - after, after - before
+    st = story.release.status()
+    assert victim not in versions(st) and versions(st) == dict.fromkeys(after, v1), st
+    assert set(served(story).values()) == {V1}  # the replacement too, by its own word
+    # the drill said "back" only after the operator had loaded and admitted the replacement
+    assert admitted_at(story, replacement) < ended
+    traffic = watch.report
+    assert traffic is not None
+    assert traffic.failed <= 5, traffic.summary()  # what was in flight to the deleted pod

@@ -203,6 +203,79 @@ def test_pod_kill_refuses_to_kill_more_pods_than_are_ready(
     assert kube.writes("DELETE") == []
 
 
+TEMPLATE = "7e7e7e7e7e"  # an adapter rollout's pods carry their template's hash, not the version
+
+
+class AdapterFleet(Scripted):
+    """A rollout with adapters: one Deployment named by its template, the pods labelled with
+    the template's hash, and ``status.adapterPods`` saying which serving version each serves.
+    A deleted pod's replacement is in no version until the operator has loaded and admitted
+    it, ``admit_after`` reads of the rollout later (never, with None)."""
+
+    def __init__(self, admit_after: int | None) -> None:
+        super().__init__()
+        del self.objects[DEPLOYMENT]
+        self.put(ns_path("apps", "v1", NS, "deployments", f"{NAME}-{TEMPLATE}"),
+                 {"metadata": {"name": f"{NAME}-{TEMPLATE}"}, "spec": {"replicas": 2}})
+        for name in ("p1", "p2"):
+            self.put(f"{PODS}/{name}", self.adapter_pod(name))
+        self.objects[ROLLOUT]["spec"]["replicas"] = 2
+        self.objects[ROLLOUT]["status"]["adapterPods"] = [
+            {"pod": "p1", "version": STABLE, "adapters": {"support": "/v1"}},
+            {"pod": "p2", "version": STABLE, "adapters": {"support": "/v1"}}]
+        self.admit_after, self.reads = admit_after, 0
+        self.waiting: list[str] = []
+
+    @staticmethod
+    def adapter_pod(name: str) -> dict[str, Any]:
+        body = pod(name)
+        body["metadata"]["labels"][drill_kinds.LABEL_REVISION] = TEMPLATE
+        return body
+
+    async def request(self, method: str, path: ApiPath, body: Any = None,
+                      content_type: str = "application/json",
+                      params: dict[str, str] | None = None,
+                      accept: str | None = None) -> dict[str, Any]:
+        status = self.objects[ROLLOUT]["status"]
+        if method == "GET" and str(path) == ROLLOUT and self.waiting:
+            self.reads += 1
+            if self.admit_after is not None and self.reads >= self.admit_after:
+                status["adapterPods"] += [{"pod": p, "version": STABLE, "adapters": {}}
+                                          for p in self.waiting]
+                self.waiting = []
+        out = await super().request(method, path, body, content_type, params, accept)
+        if method == "DELETE" and str(path).startswith(PODS + "/"):
+            gone, new = str(path).rsplit("/", 1)[1], f"new{self.replaced}"
+            self.put(f"{PODS}/{new}", self.adapter_pod(new))  # Ready, but not yet admitted
+            status["adapterPods"] = [p for p in status["adapterPods"] if p["pod"] != gone]
+            self.waiting.append(new)
+        return out
+
+
+def test_pod_kill_on_a_rollout_with_adapters_waits_for_the_replacements_to_serve_the_stable(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path,
+        no_waiting: None) -> None:
+    kube = AdapterFleet(admit_after=5)
+    code, out, _ = run(monkeypatch, capsys, kube, "pod-kill", "--count", "2",
+                       "--report", str(tmp_path / "k"))
+    assert code == 0, out
+    assert sorted(p for m, p, _ in kube.writes("DELETE")) == [f"{PODS}/p1", f"{PODS}/p2"]
+    assert kube.reads >= 5 and not kube.waiting  # back only once admitted, not once Ready
+    data = report(tmp_path / "k")
+    assert [c["passed"] for c in data["checks"]] == [True, True, True]
+
+
+def test_pod_kill_on_a_rollout_with_adapters_fails_if_no_replacement_is_admitted(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path,
+        no_waiting: None) -> None:
+    kube = AdapterFleet(admit_after=None)  # Ready pods the operator never loads
+    code, out, _ = run(monkeypatch, capsys, kube, "pod-kill", "--count", "1",
+                       "--recovery-timeout", "1s", "--report", str(tmp_path / "k"))
+    assert code == 1, out
+    back = next(c for c in report(tmp_path / "k")["checks"] if c["name"].startswith("pods back"))
+    assert not back["passed"] and back["detail"] == "not all Ready in time"
+
+
 def test_an_outage_that_is_not_measured_as_errors_fails_and_is_undone(
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path,
         no_waiting: None) -> None:

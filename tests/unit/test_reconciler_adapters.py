@@ -234,3 +234,25 @@ def test_adapters_added_to_pods_started_without_them_need_a_template_change() ->
     assert c.status["stableRevision"] == stable and not c.status.get("canaryRevision")
     assert [p for p in c.kube.objects if p.startswith(DEPLOYMENTS + "/")] == [
         p for p in deployments if p.startswith(DEPLOYMENTS + "/")]
+
+
+def test_removing_the_adapters_unloads_them_from_every_pod_and_starts_none() -> None:
+    c = healthy_on_v1()
+    v1, started = c.status["stableRevision"], set(c.started)
+    plain = lora_spec()
+    del plain["adapters"]  # the same template: a release of the empty set
+    c.change(plain)
+    c.run_until(lambda c: c.status.get("canaryRevision") is not None)
+    bare = c.status["canaryRevision"]
+    assert bare != v1
+    # it runs the steps like any adapter release: one pod unloaded and moved for 5 %
+    c.run_until(lambda c: (c.status.get("canaryWeight") or 0) == 5)
+    assert list(versions(c).values()).count(bare) == 1
+    c.run_until(lambda c: c.status.get("phase") == "Healthy" and c.status.get("stableRevision")
+                == bare and set(versions(c).values()) == {bare}, limit=2000, seconds=5)
+    assert c.started == started  # the same pods, none started
+    assert all(s == {} for s in c.servers.loaded.values())  # nothing loaded anywhere
+    assert all(p["adapters"] == {} for p in c.status["adapterPods"])
+    # and the old version's Service goes once the release has settled
+    c.run_until(lambda c: f"{SERVICES}/{NAME}-{v1}" not in c.kube.objects, limit=60, seconds=10)
+    assert c.weights() == {f"{NAME}-{bare}": 100}

@@ -213,8 +213,6 @@ class Drills:
 
         async def act(record: DrillRecord) -> None:
             await self.check_on_stable(record, "before")
-            deployment = ns_path("apps", "v1", self.ns, "deployments",
-                                 f"{self.name}-{self.stable}")
             pods = await self._ready_pods()
             if len(pods) < self.args.count:
                 raise Refused(f"revision {self.stable} has {len(pods)} Ready pods, fewer than "
@@ -229,7 +227,7 @@ class Drills:
                     await self.kube.delete(ns_path("", "v1", self.ns, "pods", pod))
                 record.note(f"deleted pod(s) {', '.join(victims)}")
                 killed_at, moved = time.monotonic(), []
-                want = int((await self.kube.get(deployment))["spec"].get("replicas", 1))
+                want = await self._stable_pod_count()
                 back_after = None
                 while time.monotonic() - killed_at < recovery:
                     await still_running(self.kube, self.path)
@@ -261,12 +259,42 @@ class Drills:
         return plan, act
 
     async def _ready_pods(self) -> list[str]:
-        pods = await self.kube.get(ns_path("", "v1", self.ns, "pods"), params={
-            "labelSelector": f"{LABEL_ROLLOUT}={self.name},{LABEL_REVISION}={self.stable}"})
+        """The stable's Ready pods, not being deleted.  A rollout with adapters shares one
+        Deployment among its serving versions, so its stable's pods are those the operator's
+        ``status.adapterPods`` puts on the stable version (a replacement counts once it is
+        loaded and admitted, i.e. once it serves the stable's adapters); otherwise the stable
+        revision's label selects them."""
+        adapter_pods = await self._adapter_pods()
+        if adapter_pods is None:
+            selector = f"{LABEL_ROLLOUT}={self.name},{LABEL_REVISION}={self.stable}"
+        else:
+            selector = f"{LABEL_ROLLOUT}={self.name}"
+        pods = await self.kube.get(ns_path("", "v1", self.ns, "pods"),
+                                   params={"labelSelector": selector})
         return [p["metadata"]["name"] for p in pods.get("items", [])
-                if not p["metadata"].get("deletionTimestamp") and any(
+                if (adapter_pods is None or p["metadata"]["name"] in adapter_pods)
+                and not p["metadata"].get("deletionTimestamp") and any(
                     c.get("type") == "Ready" and c.get("status") == "True"
                     for c in (p.get("status") or {}).get("conditions", []))]
+
+    async def _adapter_pods(self) -> set[str] | None:
+        """The pods ``status.adapterPods`` puts on the stable version (None: the rollout has no
+        adapters, its stable is a revision with a Deployment of its own)."""
+        listed = (await self.status()).get("adapterPods")
+        if listed is None:
+            return None
+        return {str(p.get("pod")) for p in listed
+                if isinstance(p, dict) and p.get("version") == self.stable}
+
+    async def _stable_pod_count(self) -> int:
+        """How many pods the stable should have: its Deployment's count, or, for a rollout with
+        adapters (whose Deployment is named by its template, not by the serving version), the
+        rollout's own count (a Healthy rollout serves the stable on every pod)."""
+        body = await self.kube.get(self.path)  # now: an HPA may have changed the count
+        if (body.get("status") or {}).get("adapterPods") is not None:
+            return int(body["spec"].get("replicas", 1))
+        deployment = ns_path("apps", "v1", self.ns, "deployments", f"{self.name}-{self.stable}")
+        return int((await self.kube.get(deployment))["spec"].get("replicas", 1))
 
     # --- prometheus-outage -----------------------------------------------------------------
 
