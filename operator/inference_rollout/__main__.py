@@ -47,8 +47,11 @@ def _parser() -> argparse.ArgumentParser:
                            "running pods, no new pod. Default: off (a rollout naming adapters "
                            "is Valid=False)")
     lora.add_argument("--adapter-drain-seconds", type=float, default=None, metavar="S",
-                      help="how long a pod out of its Service's endpoints drains before its "
-                           "adapters change (default 3)")
+                      help="the least time a pod out of its Service's endpoints drains before "
+                           "its adapters change (default 3)")
+    lora.add_argument("--adapter-drain-max-seconds", type=float, default=None, metavar="S",
+                      help="after that, how long at most it waits for its vLLM to report no "
+                           "request running or waiting (default 600)")
     tenancy = op.add_argument_group("tenancy (docs/security.md)")
     allow = tenancy.add_mutually_exclusive_group()
     allow.add_argument("--prometheus-allow", action="append", default=[], metavar="URL",
@@ -125,6 +128,8 @@ def run_operator(args: argparse.Namespace) -> int:
     handlers.Runtime.adapter_releases = bool(args.adapter_releases)
     if args.adapter_drain_seconds is not None:  # else the reconciler's own default
         handlers.Runtime.adapter_drain_seconds = max(0.0, float(args.adapter_drain_seconds))
+    if args.adapter_drain_max_seconds is not None:
+        handlers.Runtime.adapter_drain_max_seconds = max(0.0, float(args.adapter_drain_max_seconds))
     handlers.Runtime.clusterwide = bool(args.all_namespaces)
     handlers.Runtime.namespace_patterns = tuple(args.namespaces or ())
     handlers.Runtime.notify = Settings(allow=tuple(args.notify_allow),

@@ -37,6 +37,7 @@ from .kube import Kube, load_configuration
 from .notify.delivery import Notifier, Settings
 from .paths import rollout_path
 from .reconciler import (
+    ADAPTER_DRAIN_MAX_SECONDS,
     ADAPTER_DRAIN_SECONDS,
     EXPECTED_ERRORS,
     DeletionHeld,
@@ -87,6 +88,7 @@ class Runtime:
     confine_queries: bool = True  # --confine-queries, on unless --no-confine-queries
     adapter_releases: bool = False  # --adapter-releases (docs/adapters.md)
     adapter_drain_seconds: float = ADAPTER_DRAIN_SECONDS  # --adapter-drain-seconds
+    adapter_drain_max_seconds: float = ADAPTER_DRAIN_MAX_SECONDS  # --adapter-drain-max-seconds
     clusterwide: bool = True  # --all-namespaces; else the deletion watchdog runs
     namespace_patterns: tuple[str, ...] = ()  # --namespace (the watchdog's scope, with served)
     notify: Settings = Settings()  # --notify-allow, --notify-secret (docs/notifications.md)
@@ -169,6 +171,7 @@ async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
                         confine_queries=Runtime.confine_queries,
                         adapter_releases=Runtime.adapter_releases,
                         adapter_drain_seconds=Runtime.adapter_drain_seconds,
+                        adapter_drain_max_seconds=Runtime.adapter_drain_max_seconds,
                         notifier=Notifier(kube, Runtime.notify),
                         wake=_wake)
     app = web.Application()

@@ -116,9 +116,12 @@ EXPECTED_ERRORS = (RouteError, RevisionError, KubeError)
 NAMESPACE_TERMINATING = "because it is being terminated"
 #: vLLM's own default port: the last resort for a stable with no Service and no backendRef left.
 DEFAULT_SERVING_PORT = 8000
-#: A pod leaving a set's endpoints waits this long before its adapters change: the endpoint
-#: slice and the gateway drop it within about a second; the rest is for requests in flight.
+#: A pod leaving a set's endpoints waits at least this long before its adapters change: the
+#: endpoint slice and the gateway drop it within about a second.
 ADAPTER_DRAIN_SECONDS = 3.0
+#: ... and then as long as its vLLM reports requests running or waiting, at most this long
+#: from its eviction: a long generation finishes on the adapter it started on.
+ADAPTER_DRAIN_MAX_SECONDS = 600.0
 #: Adapters added without a template change to pods started without them (no adapter-set
 #: label, perhaps no --enable-lora): refused, since no pod of theirs can be moved safely.
 ADAPTERS_ON_PLAIN_PODS = (
@@ -170,8 +173,10 @@ class Deps:
     wake: Callable[[str, str], None] | None = None
     #: ``--adapter-releases`` (a preview, docs/adapters.md): rollouts may name adapters.
     adapter_releases: bool = False
-    #: How long a pod taken out of its Service's endpoints drains before its adapters change.
+    #: How long a pod taken out of its Service's endpoints drains before its adapters change:
+    #: at least the first, then while it has requests in flight, at most the second.
     adapter_drain_seconds: float = ADAPTER_DRAIN_SECONDS
+    adapter_drain_max_seconds: float = ADAPTER_DRAIN_MAX_SECONDS
     lora: VLLMAdapters | None = None
 
     def adapter_pods(self, namespace: str) -> AdapterPods:
@@ -569,7 +574,7 @@ async def _move_adapter_pods(deps: Deps, body: dict[str, Any], seen: AdapterWorl
     st = decision.status
     moved = await move_pods(deps.adapter_pods(ns), seen, st.stable_revision,
                             st.canary_revision, decision.actions, deps.now(),
-                            deps.adapter_drain_seconds)
+                            deps.adapter_drain_seconds, deps.adapter_drain_max_seconds)
     for why in moved.held:
         log.warning("%s/%s: %s", ns, name, why)
     for pod in unread(seen):

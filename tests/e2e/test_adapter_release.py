@@ -16,6 +16,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from datetime import datetime
 from typing import Any
@@ -292,3 +293,37 @@ def test_a_pod_kill_drill_counts_a_replacement_back_once_it_serves_the_stable(
     traffic = watch.report
     assert traffic is not None
     assert traffic.failed <= 5, traffic.summary()  # what was in flight to the deleted pod
+
+
+def test_a_long_generation_finishes_before_its_pods_adapter_changes(
+        given: Given, when: When, then: Then, story: Story) -> None:
+    """The drain waits on the pod's own count of requests in flight (``/metrics``), not only
+    the least time (1 s here): a generation of about 9 s that is running on every pod when the
+    release starts finishes (200) before the first moved pod is loaded and admitted."""
+    m = lora_rollout(given, "drainlora")
+    m["spec"]["template"].setdefault("metadata", {}).setdefault("annotations", {})[
+        "sim.inference.dev/itl-ms"] = "30"  # 300 tokens: 9 s; the stories' 4 tokens: 0.1 s
+    given.rollout(manifest=m)
+    finished: dict[str, tuple[int, float]] = {}
+
+    def generate(pod: str, ip: str) -> None:
+        answer = httpx.post(f"http://{ip}:8000/v1/chat/completions", timeout=60, json={
+            "model": ADAPTER, "max_tokens": 300,
+            "messages": [{"role": "user", "content": " ".join(["word"] * 300)}]})
+        finished[pod] = (answer.status_code, time.time())
+
+    running = [threading.Thread(target=generate, args=(name, p["status"]["podIP"]))
+               for name, p in pods(story).items()]
+    for t in running:
+        t.start()
+    time.sleep(1)  # every generation under way
+    adapters_change(story, V2)
+    v2 = then.canary(timeout=30)
+    st = then.status(lambda s: v2 in versions(s).values(), 90, "a pod moved to v2")
+    (moved,) = [p for p, v in versions(st).items() if v == v2]
+    for t in running:
+        t.join(60)
+    assert {code for code, _ in finished.values()} == {200}, finished
+    assert admitted_at(story, moved) > finished[moved][1], (
+        f"{moved} admitted to v2 {finished[moved][1] - admitted_at(story, moved):.1f} s "
+        "before its generation finished")

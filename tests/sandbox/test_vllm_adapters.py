@@ -52,6 +52,51 @@ def test_a_real_server_lists_loads_in_place_and_unloads(sim: PodServer) -> None:
     asyncio.run(scenario())
 
 
+def test_a_real_server_counts_its_requests_in_flight_for_the_drain() -> None:
+    """``in_flight`` (what an adapter drain waits on) from a real simulator's ``/metrics``:
+    two slow requests on a one-seat server are 2 (one running, one waiting), then 1, then 0."""
+    with simulator("--max-num-seqs=1", "--time-to-first-token=2s") as url:
+        host, _, port = url.removeprefix("http://").rpartition(":")
+        pod = PodServer(host, int(port))
+
+        async def scenario() -> list[int | None]:
+            async with httpx.AsyncClient() as client:
+                lora = VLLMAdapters(client)
+                seen = [await lora.in_flight(pod)]
+                slow = [asyncio.create_task(client.post(
+                    f"{url}/v1/chat/completions", timeout=20, json={
+                        "model": "m", "max_tokens": 2,
+                        "messages": [{"role": "user", "content": "hi"}]})) for _ in range(2)]
+                while not all(t.done() for t in slow):
+                    await asyncio.sleep(0.25)
+                    seen.append(await lora.in_flight(pod))
+                assert [t.result().status_code for t in slow] == [200, 200]
+                seen.append(await lora.in_flight(pod))
+                return seen
+
+        seen = asyncio.run(scenario())
+    assert seen[0] == 0 and seen[-1] == 0, seen
+    assert 2 in seen and 1 in seen, seen  # both counted, then the second alone
+    assert None not in seen, seen
+
+
+def test_in_flight_is_none_when_the_page_does_not_count_requests() -> None:
+    """A ``/metrics`` without the gauges, or no answer: unknown (the least drain), never 0."""
+    pages = {"/metrics": "# TYPE other gauge\nother 1\n"}
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, text=pages[request.url.path])
+
+    async def scenario() -> tuple[int | None, int | None]:
+        async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as client:
+            without = await VLLMAdapters(client).in_flight(PodServer("10.0.0.1", 8000))
+        async with httpx.AsyncClient() as client:
+            closed = await VLLMAdapters(client).in_flight(PodServer("127.0.0.1", free_port()))
+        return without, closed
+
+    assert asyncio.run(scenario()) == (None, None)
+
+
 def test_a_pod_that_does_not_answer_is_unreachable() -> None:
     async def scenario() -> None:
         async with httpx.AsyncClient() as client:

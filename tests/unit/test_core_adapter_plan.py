@@ -115,6 +115,27 @@ class World:
         raise AssertionError(f"no convergence in {rounds} plans: {self.pods}")
 
 
+@pytest.mark.parametrize(("busy", "after", "most", "moves"), [
+    (None, 6.0, 60.0, "load"),   # unread: the least drain is all it gets (as before the read)
+    (0, 6.0, 60.0, "load"),      # nothing in flight: at once after the least drain
+    (3, 6.0, 60.0, "wait"),      # a generation still running: it waits
+    (3, 61.0, 60.0, "load"),     # ... at most drain_max_seconds from the eviction
+    (3, 6.0, None, "load"),      # no maximum given: the least drain only
+    (0, 2.0, 60.0, "wait"),      # idle, but the endpoints may still send: the least drain holds
+])
+def test_a_drain_lasts_the_least_time_then_while_the_pod_has_requests_in_flight(
+        busy: int | None, after: float, most: float | None, moves: str) -> None:
+    w = World(steady(4))
+    w.apply(Evict("pod-0"))
+    w.pods["pod-0"] = replace(w.pods["pod-0"], busy=busy)
+    pl = plan(list(w.pods.values()), SETS, S1, S2, 2, w.now + timedelta(seconds=after), DRAIN,
+              most)
+    if moves == "load":
+        assert pl.moves == (LoadAdapter("pod-0", "support", V2["support"]),)
+    else:
+        assert pl.moves == () and pl.wake_in is not None and 0 < pl.wake_in <= DRAIN
+
+
 def test_a_step_moves_one_pod_at_a_time_out_drained_loaded_then_admitted() -> None:
     w = World(steady(4))
     first = plan(list(w.pods.values()), SETS, S1, S2, 2, w.now, DRAIN)

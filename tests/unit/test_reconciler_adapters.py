@@ -51,11 +51,18 @@ class Servers:
     def __init__(self) -> None:
         self.loaded: dict[str, dict[str, str]] = {}
         self.calls: list[str] = []
+        #: Requests each pod's vLLM has running (its /metrics); 0 unless a test says so.
+        self.running: dict[str, int] = {}
 
     def handle(self, request: httpx.Request) -> httpx.Response:
         ip = request.url.host
         self.calls.append(f"{request.method} {ip}{request.url.path}")
         have = self.loaded.setdefault(ip, {})
+        if request.url.path == "/metrics":
+            return httpx.Response(200, text=(
+                "# TYPE vllm:num_requests_running gauge\n"
+                f'vllm:num_requests_running{{model_name="m1"}} {self.running.get(ip, 0)}\n'
+                'vllm:num_requests_waiting{model_name="m1"} 0\n'))
         if request.url.path == "/v1/models":
             data = [{"id": "m1", "root": "m1", "parent": None}] + [
                 {"id": n, "root": src, "parent": "m1"} for n, src in sorted(have.items())]
@@ -256,3 +263,20 @@ def test_removing_the_adapters_unloads_them_from_every_pod_and_starts_none() -> 
     # and the old version's Service goes once the release has settled
     c.run_until(lambda c: f"{SERVICES}/{NAME}-{v1}" not in c.kube.objects, limit=60, seconds=10)
     assert c.weights() == {f"{NAME}-{bare}": 100}
+
+
+def test_a_draining_pod_keeps_its_adapters_while_its_vllm_has_requests_in_flight() -> None:
+    c = healthy_on_v1()
+    c.change(lora_spec(V2))
+    c.run_until(lambda c: any(p["metadata"]["labels"][LABEL_ADAPTER_SET] == "moving"
+                              for p in c.pods().values()), seconds=0.5)
+    (moving,) = [p for p in c.pods().values()
+                 if p["metadata"]["labels"][LABEL_ADAPTER_SET] == "moving"]
+    ip = moving["status"]["podIP"]
+    c.servers.running[ip] = 2  # a long generation on the old version
+    for _ in range(20):  # 40 s: well past the least drain (1 s here)
+        c.reconcile(seconds=2)
+    assert c.servers.loaded[ip] == {"support": V1}  # not changed under it
+    assert f"GET {ip}/metrics" in c.servers.calls
+    c.servers.running[ip] = 0  # it finished
+    c.run_until(lambda c: c.servers.loaded[ip] == {"support": V2}, limit=5)

@@ -8,8 +8,10 @@ pod is moved in, planned here and nowhere else:
 
 1. **Out of the endpoints first.**  A pod that must change is relabelled ``moving`` (its label
    ``rollouts.inference.dev/adapter-set`` no longer names a set, so no Service selects it) and
-   left to drain for ``drain_seconds`` before anything is loaded: no request sees an adapter
-   change under it.
+   left to drain before anything is loaded: no request sees an adapter change under it.  The
+   drain lasts ``drain_seconds`` (the endpoints and the gateway forget the pod), then as long as
+   the pod's vLLM still has requests running or waiting, at most ``drain_max_seconds``: a
+   generation can run for minutes, and a fixed time would cut the long ones.
 2. **Load, unload, then read back.**  The adapters of the pod's target set are loaded (vLLM
    replaces an adapter of the same name in place), names no set uses any more are unloaded, and
    the next plan reads the pod's ``/v1/models`` again: what the pod *says* it serves is the only
@@ -76,6 +78,9 @@ class PodAdapters:
     #: When its containers last started, and the start its label was verified on (Admit).
     container_started_at: datetime | None = None
     verified_start: datetime | None = None
+    #: Requests its vLLM has running or waiting (``vllm:num_requests_running`` + ``_waiting``
+    #: at its ``/metrics``), read while it drains; None: not read, or could not be.
+    busy: int | None = None
 
     @property
     def stale(self) -> bool:
@@ -130,6 +135,20 @@ class AdapterPlan:
     wake_in: float | None
 
 
+#: How often a pod that still has requests in flight is read again while it drains.
+BUSY_RECHECK_SECONDS = 1.0
+
+
+def _drain_left(p: PodAdapters, waited: float, least: float, most: float | None) -> float:
+    """Seconds until the pod may be changed (0: now).  Its own count of requests in flight
+    ends the drain early or extends it; unread (None), the least time is all it gets."""
+    if waited < least:
+        return least - waited
+    if p.busy and most is not None and waited < most:
+        return min(BUSY_RECHECK_SECONDS, most - waited)
+    return 0.0
+
+
 def targets(pods: Sequence[PodAdapters], sets: Mapping[str, AdapterSources], stable: str,
             canary: str | None, canary_count: int) -> dict[str, str]:
     """Each pod's target set: ``canary_count`` pods on ``canary`` (the count the decision sized
@@ -171,12 +190,14 @@ def in_its_set(p: PodAdapters, sets: Mapping[str, AdapterSources]) -> str | None
 
 def plan(pods: Sequence[PodAdapters], sets: Mapping[str, AdapterSources], stable: str,
          canary: str | None, canary_count: int, now: datetime,
-         drain_seconds: float) -> AdapterPlan:
+         drain_seconds: float, drain_max_seconds: float | None = None) -> AdapterPlan:
     """The next moves toward ``canary_count`` pods on ``canary`` (the rest on ``stable``).
 
     ``sets``: set id → its adapters, for every set named by a target or a label (a label of a
     set not in ``sets`` is treated as wrong).  One pod at a time is taken out of the endpoints
-    to be changed; a stale label is taken out at once, whatever else is out."""
+    to be changed; a stale label is taken out at once, whatever else is out.  A pod drains
+    ``drain_seconds``, then while it reports requests in flight (``busy``), up to
+    ``drain_max_seconds`` from its eviction (None: the first only)."""
     want = targets(pods, sets, stable, canary, canary_count)
     managed = _managed(sets)
     moves: list[PodMove] = []
@@ -201,8 +222,8 @@ def plan(pods: Sequence[PodAdapters], sets: Mapping[str, AdapterSources], stable
             continue
         waited = ((now - p.moved_at).total_seconds()
                   if p.moved_at is not None else drain_seconds)
-        if waited < drain_seconds:
-            left = drain_seconds - waited
+        left = _drain_left(p, waited, drain_seconds, drain_max_seconds)
+        if left > 0:
             wake = left if wake is None else min(wake, left)
             continue
         if not correct:

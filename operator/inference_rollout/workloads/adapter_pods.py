@@ -4,7 +4,8 @@
 
 * :meth:`AdapterPods.observe` lists the revision's pods and asks each serving pod's own
   ``/v1/models`` (at ``<pod IP>:<serving port>``, as the Services reach it) what it serves, all
-  pods at once.  A pod that cannot be read is observed as such (``loaded=None``), and the planner
+  pods at once, and a draining pod's ``/metrics`` how many requests it still has in flight.
+  A pod that cannot be read is observed as such (``loaded=None``), and the planner
   leaves it where it is: never a guess.
 * :meth:`AdapterPods.apply` carries out the plan's moves in order: a label patch for ``Evict``
   (``moving``) and ``Admit`` (the set id, with the container start it was verified on), a vLLM
@@ -89,8 +90,15 @@ def serving(pod: dict[str, Any]) -> bool:
             and bool(status.get("podIP")) and _condition(pod, "ContainersReady"))
 
 
-def pod_adapters(pod: dict[str, Any], loaded: Mapping[str, str] | None) -> PodAdapters:
-    """One pod object (and its ``/v1/models``, when read) as the planner sees it."""
+def draining(pod: dict[str, Any]) -> bool:
+    """Labelled ``moving``: out of the endpoints, its requests in flight finishing."""
+    return (pod["metadata"].get("labels") or {}).get(LABEL_ADAPTER_SET) == ADAPTER_SET_MOVING
+
+
+def pod_adapters(pod: dict[str, Any], loaded: Mapping[str, str] | None,
+                 busy: int | None = None) -> PodAdapters:
+    """One pod object (and its ``/v1/models`` and requests in flight, when read) as the
+    planner sees it."""
     meta = pod["metadata"]
     label = (meta.get("labels") or {}).get(LABEL_ADAPTER_SET)
     annotations = meta.get("annotations") or {}
@@ -100,7 +108,11 @@ def pod_adapters(pod: dict[str, Any], loaded: Mapping[str, str] | None) -> PodAd
         admitted=set_label is not None,
         moved_at=_moment(annotations.get(ANN_ADAPTER_SET_MOVED_AT)),
         container_started_at=_started(pod),
-        verified_start=_moment(annotations.get(ANN_ADAPTER_SET_VERIFIED_START)))
+        verified_start=_moment(annotations.get(ANN_ADAPTER_SET_VERIFIED_START)), busy=busy)
+
+
+async def _none() -> None:
+    return None
 
 
 class AdapterPods:
@@ -111,16 +123,23 @@ class AdapterPods:
 
     async def observe(self, selector: Mapping[str, str], port: int) -> dict[str, ObservedPod]:
         """The pods ``selector`` matches (the revision's labels), each with what its own
-        ``/v1/models`` lists (None when it is not serving or did not answer)."""
+        ``/v1/models`` lists (None when it is not serving or did not answer), and, for a pod
+        that drains, the requests its vLLM still has in flight."""
         query = ",".join(f"{k}={v}" for k, v in sorted(selector.items()))
         listing = await self.kube.get(ns_path("", "v1", self.namespace, "pods"),
                                       {"labelSelector": query})
         pods = [p for p in listing.get("items") or [] if isinstance(p, dict)]
         servers = [PodServer(p["status"]["podIP"], port) if serving(p) else None for p in pods]
-        loaded = await asyncio.gather(*(self._loaded(s) for s in servers))
-        return {p["metadata"]["name"]: ObservedPod(pod_adapters(p, got), server,
+        loaded, busy = await asyncio.gather(
+            asyncio.gather(*(self._loaded(s) for s in servers)),
+            asyncio.gather(*(self._in_flight(s) if draining(p) else _none()
+                             for p, s in zip(pods, servers, strict=True))))
+        return {p["metadata"]["name"]: ObservedPod(pod_adapters(p, got, n), server,
                                                    p["metadata"].get("resourceVersion", ""))
-                for p, server, got in zip(pods, servers, loaded, strict=True)}
+                for p, server, got, n in zip(pods, servers, loaded, busy, strict=True)}
+
+    async def _in_flight(self, server: PodServer | None) -> int | None:
+        return None if server is None else await self.lora.in_flight(server)
 
     async def _loaded(self, server: PodServer | None) -> dict[str, str] | None:
         if server is None:

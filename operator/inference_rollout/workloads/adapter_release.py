@@ -121,7 +121,7 @@ class MoveRound:
 
 async def move_pods(pods: AdapterPods, world: AdapterWorld, stable: str | None,
                     canary: str | None, actions: Iterable[Action], now: datetime,
-                    drain_seconds: float) -> MoveRound:
+                    drain_seconds: float, drain_max_seconds: float | None = None) -> MoveRound:
     """One round of the planner's moves per template, toward the pod counts this decision
     asked (its ``EnsureRevision``s win over the counts the Services recorded)."""
     asked = {a.revision: a.replicas for a in actions if isinstance(a, EnsureRevision)}
@@ -135,7 +135,7 @@ async def move_pods(pods: AdapterPods, world: AdapterWorld, stable: str | None,
         if not observed:
             continue
         p = plan([o.adapters for o in observed.values()], target.sets, target.stable_set,
-                 target.canary_set, target.canary_pods, now, drain_seconds)
+                 target.canary_set, target.canary_pods, now, drain_seconds, drain_max_seconds)
         failures += await pods.apply(p.moves, observed, now)
         moved += len(p.moves)
         if p.wake_in is not None:

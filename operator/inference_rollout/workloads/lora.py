@@ -16,15 +16,23 @@ Every answer is read bounded (:mod:`..bounded_http`): the pod runs a tenant's im
 from __future__ import annotations
 
 import asyncio
+import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import httpx
+from prometheus_client.parser import text_string_to_metric_families
 
 from ..bounded_http import AnswerTooLarge, MalformedJSON, loads, read_capped, sanitize
 
 #: A ``/v1/models`` answer larger than this is refused (a few hundred adapters fit in 64 KiB).
 MODELS_LIMIT = 1024 * 1024
+#: vLLM's ``/metrics`` page (histograms per model and adapter: a few hundred KiB).
+METRICS_LIMIT = 4 * 1024 * 1024
+#: The gauges that count a pod's requests in flight, and the lines that can hold them.
+IN_FLIGHT_GAUGES = frozenset({"vllm:num_requests_running", "vllm:num_requests_waiting"})
+IN_FLIGHT_PREFIXES = tuple(IN_FLIGHT_GAUGES) + tuple(
+    f"# {kind} {name}" for kind in ("TYPE", "HELP") for name in sorted(IN_FLIGHT_GAUGES))
 #: The whole request, sending and reading: an adapter load copies its weights from the source.
 LOAD_TIMEOUT = 120.0
 READ_TIMEOUT = 10.0
@@ -91,14 +99,44 @@ class VLLMAdapters:
         await self._call(pod, "POST", "/v1/unload_lora_adapter", {"lora_name": name},
                          READ_TIMEOUT)
 
+    async def in_flight(self, pod: PodServer) -> int | None:
+        """The requests the pod's vLLM has running or waiting, by its own ``/metrics``
+        (``vllm:num_requests_running`` + ``vllm:num_requests_waiting``, summed over the
+        engines it lists); None when it cannot be read or lists neither: never a guess of 0."""
+        try:
+            raw = await self._fetch(pod, "GET", "/metrics", None, READ_TIMEOUT, METRICS_LIMIT)
+        except AdapterCallError:
+            return None
+        lines = [line for line in raw.decode(errors="replace").splitlines()
+                 if line.startswith(IN_FLIGHT_PREFIXES)]  # not the whole page: a few lines
+        total, seen = 0.0, False
+        try:
+            for family in text_string_to_metric_families("\n".join(lines) + "\n"):
+                for sample in family.samples:
+                    if sample.name in IN_FLIGHT_GAUGES and math.isfinite(sample.value):
+                        total, seen = total + max(0.0, sample.value), True
+        except ValueError:
+            return None
+        return math.ceil(total) if seen else None
+
     async def _call(self, pod: PodServer, method: str, path: str, body: dict[str, Any] | None,
                     timeout: float) -> Any:
+        raw = await self._fetch(pod, method, path, body, timeout, MODELS_LIMIT)
+        if method != "GET":
+            return None  # vLLM answers a load with plain text ("Success: …")
+        try:
+            return loads(raw, max_depth=8)
+        except MalformedJSON as e:
+            raise AdapterCallError("malformed", f"{path}: {e}") from None
+
+    async def _fetch(self, pod: PodServer, method: str, path: str,
+                     body: dict[str, Any] | None, timeout: float, limit: int) -> bytes:
         try:
             async with asyncio.timeout(timeout):
                 request = self.client.build_request(method, pod.url + path, json=body)
                 resp = await self.client.send(request, stream=True)
                 try:
-                    raw = await read_capped(resp, MODELS_LIMIT)
+                    raw = await read_capped(resp, limit)
                 finally:
                     await resp.aclose()
         except (TimeoutError, httpx.HTTPError) as e:
@@ -109,9 +147,4 @@ class VLLMAdapters:
         if resp.status_code >= 400:
             raise AdapterCallError("refused", f"{method} {path}: HTTP {resp.status_code} "
                                               f"{sanitize(raw.decode(errors='replace'), 200)}")
-        if method != "GET":
-            return None  # vLLM answers a load with plain text ("Success: …")
-        try:
-            return loads(raw, max_depth=8)
-        except MalformedJSON as e:
-            raise AdapterCallError("malformed", f"{path}: {e}") from None
+        return raw
