@@ -205,6 +205,17 @@ class TrafficWatch:
         return self.report
 
 
+def plugin(env: dict[str, str], *args: str, timeout: float = 60
+           ) -> subprocess.CompletedProcess[str]:
+    """``kubectl inference-rollout ARGS`` as a user runs it: this checkout's plugin as a
+    process with the sandbox's ``env`` (its kubeconfig), output captured, never raising on a
+    non-zero exit (the tests read the code and the words)."""
+    return subprocess.run(
+        [sys.executable, "-m", "inference_rollout.cli.plugin", *args],
+        env={**os.environ, **env, "PYTHONPATH": f"{REPO / 'operator'}:{REPO}"},
+        capture_output=True, text=True, timeout=timeout, check=False)
+
+
 def measure_shares(env: dict[str, str], host: str, requests: int = 400) -> LoadReport:
     """Send a burst through the gateway and report which revision served each response."""
     return asyncio.run(run_load(env["GATEWAY_URL"], model=SIM_MODEL, host=host, rate=0,

@@ -13,9 +13,6 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
-import os
-import subprocess
-import sys
 import threading
 import time
 from datetime import datetime
@@ -26,7 +23,7 @@ import pytest
 
 from inference_rollout.api import ANN_ADAPTER_SET_MOVED_AT
 from inference_rollout.workloads.lora import PodServer, VLLMAdapters
-from irsandbox.common import REPO
+from irsandbox.harness import plugin
 from irsandbox.manifests import with_template
 from irsandbox.story import Given, Story, Then, When
 
@@ -274,12 +271,9 @@ def test_a_pod_kill_drill_counts_a_replacement_back_once_it_serves_the_stable(
     v1 = given.rollout(manifest=lora_rollout(given, "drilllora"))
     before = set(identities(story))
     with then.traffic_throughout(rate=20, model=ADAPTER) as watch:
-        out = subprocess.run(
-            [sys.executable, "-m", "inference_rollout.cli.plugin", "drill", "pod-kill",
-             "drilllora", "-n", story.ns, "--count", "1", "--recovery-timeout", "90s",
-             "--report", str(tmp_path / "drill")],
-            env={**os.environ, **story.env, "PYTHONPATH": f"{REPO / 'operator'}:{REPO}"},
-            capture_output=True, text=True, timeout=150, check=False)
+        out = plugin(story.env, "drill", "pod-kill", "drilllora", "-n", story.ns,
+                     "--count", "1", "--recovery-timeout", "90s",
+                     "--report", str(tmp_path / "drill"), timeout=150)
         ended = time.time()
     report = json.loads((tmp_path / "drill.json").read_text())
     assert out.returncode == 0 and report["verdict"] == "pass", out.stdout + out.stderr

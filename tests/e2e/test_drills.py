@@ -22,7 +22,7 @@ from tests.webhook_receiver import Receiver, receiver
 
 from irsandbox.cluster import Cluster
 from irsandbox.common import REPO, free_port
-from irsandbox.harness import OperatorProcess
+from irsandbox.harness import OperatorProcess, plugin
 from irsandbox.manifests import SIM_ANNOTATION
 from irsandbox.story import Story
 
@@ -67,10 +67,7 @@ def story(cluster: Cluster, drill_operator: OperatorProcess, hooks: Receiver
 
 
 def cli(story: Story, *args: str, timeout: float = 420) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "inference_rollout.cli.plugin", *args, "-n", story.ns],
-        env={**os.environ, **story.env, "PYTHONPATH": f"{REPO / 'operator'}:{REPO}"},
-        capture_output=True, text=True, timeout=timeout, check=False)
+    return plugin(story.env, *args, "-n", story.ns, timeout=timeout)
 
 
 def test_canary_fault_is_rolled_back_notified_reported_and_undone(

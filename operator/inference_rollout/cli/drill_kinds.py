@@ -264,7 +264,7 @@ class Drills:
         ``status.adapterPods`` puts on the stable version (a replacement counts once it is
         loaded and admitted, i.e. once it serves the stable's adapters); otherwise the stable
         revision's label selects them."""
-        adapter_pods = await self._adapter_pods()
+        adapter_pods = stable_adapter_pods(await self.kube.get(self.path), self.stable)
         if adapter_pods is None:
             selector = f"{LABEL_ROLLOUT}={self.name},{LABEL_REVISION}={self.stable}"
         else:
@@ -277,21 +277,12 @@ class Drills:
                     c.get("type") == "Ready" and c.get("status") == "True"
                     for c in (p.get("status") or {}).get("conditions", []))]
 
-    async def _adapter_pods(self) -> set[str] | None:
-        """The pods ``status.adapterPods`` puts on the stable version (None: the rollout has no
-        adapters, its stable is a revision with a Deployment of its own)."""
-        listed = (await self.status()).get("adapterPods")
-        if listed is None:
-            return None
-        return {str(p.get("pod")) for p in listed
-                if isinstance(p, dict) and p.get("version") == self.stable}
-
     async def _stable_pod_count(self) -> int:
         """How many pods the stable should have: its Deployment's count, or, for a rollout with
         adapters (whose Deployment is named by its template, not by the serving version), the
         rollout's own count (a Healthy rollout serves the stable on every pod)."""
         body = await self.kube.get(self.path)  # now: an HPA may have changed the count
-        if (body.get("status") or {}).get("adapterPods") is not None:
+        if stable_adapter_pods(body, self.stable) is not None:
             return int(body["spec"].get("replicas", 1))
         deployment = ns_path("apps", "v1", self.ns, "deployments", f"{self.name}-{self.stable}")
         return int((await self.kube.get(deployment))["spec"].get("replicas", 1))
@@ -346,6 +337,16 @@ class Drills:
                          f"{errors_seen} consecutive analysis errors")
 
         return plan, act
+
+
+def stable_adapter_pods(body: dict[str, Any], stable: str) -> set[str] | None:
+    """The pods a rollout's ``status.adapterPods`` puts on its stable version (None: the
+    rollout has no adapters, its stable is a revision with a Deployment of its own)."""
+    listed = (body.get("status") or {}).get("adapterPods")
+    if listed is None:
+        return None
+    return {str(p.get("pod")) for p in listed
+            if isinstance(p, dict) and p.get("version") == stable}
 
 
 class Probe:

@@ -111,10 +111,6 @@ def pod_adapters(pod: dict[str, Any], loaded: Mapping[str, str] | None,
         verified_start=_moment(annotations.get(ANN_ADAPTER_SET_VERIFIED_START)), busy=busy)
 
 
-async def _none() -> None:
-    return None
-
-
 class AdapterPods:
     """One revision's pods in one namespace: observe them, apply a plan's moves to them."""
 
@@ -132,7 +128,7 @@ class AdapterPods:
         servers = [PodServer(p["status"]["podIP"], port) if serving(p) else None for p in pods]
         loaded, busy = await asyncio.gather(
             asyncio.gather(*(self._loaded(s) for s in servers)),
-            asyncio.gather(*(self._in_flight(s) if draining(p) else _none()
+            asyncio.gather(*(self._in_flight(s if draining(p) else None)
                              for p, s in zip(pods, servers, strict=True))))
         return {p["metadata"]["name"]: ObservedPod(pod_adapters(p, got, n), server,
                                                    p["metadata"].get("resourceVersion", ""))
